@@ -1,0 +1,34 @@
+# One entry point for learners and maintainers. Both main targets create or
+# update the project's own virtual environment in .venv first.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: lab test install lint notebooks clean
+
+lab: $(STAMP)  ## open the course in JupyterLab (listens on 127.0.0.1 only)
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. notebooks/00_setup.ipynb
+
+test: $(STAMP) lint  ## unit tests, doctests, and every notebook under nbval
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check ddp_lesson tests notebooks
+
+install: $(STAMP)
+
+notebooks: $(STAMP)  ## re-run the lessons and save their outputs (what nbval compares)
+	cd notebooks && ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	  --ExecutePreprocessor.record_timing=False [0-9][0-9]_*.ipynb
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
+	  { echo "ddp-lesson needs Python 3.10 or newer; run: make PYTHON=python3.11 ..."; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+clean:  ## remove the virtual environment and generated worker files
+	rm -rf $(VENV) notebooks/workers/stage_*.py notebooks/workers/single_device.py

@@ -1,0 +1,15 @@
+"""Helpers for the ddp-lesson notebooks: devices, bounded launches, reports, data, models, plots.
+
+Submodules load on first use, so a rank that only needs ``reports`` does not
+pay for importing matplotlib.
+"""
+
+import importlib
+
+__all__ = ["data", "devices", "launch", "models", "plots", "reports"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'ddp_lesson' has no attribute {name!r}")

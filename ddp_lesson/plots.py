@@ -1,0 +1,115 @@
+"""Small matplotlib pictures of what the ranks reported.
+
+Every function takes data that came from a real sampler or a real launch and
+returns the matplotlib ``Figure``, so a notebook shows it and a saved
+notebook keeps it for readers without a kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from .data import padding_of
+
+#: One colour per rank, used by every picture of the course.
+RANK_COLOURS = plt.get_cmap("tab10").colors
+
+
+def partition_picture(partition: Sequence[Sequence[int]], size: int, title: str = "") -> Figure:
+    """Draw which rank receives each data-set index, and in what order.
+
+    One row per rank, one column per index. A filled cell means the rank gets
+    that index; the number in it is when (0 = first). Indices that padding
+    repeats are labelled in red below the grid, indices that ``drop_last``
+    skipped in grey.
+
+    Args:
+        partition: ``partition[rank]`` is the list of indices that rank iterates.
+        size: items in the data set.
+        title: the figure's title.
+    """
+    world_size = len(partition)
+    marks = padding_of([list(p) for p in partition], size)
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * size + 1.2), 0.55 * world_size + 1.1))
+    for rank, indices in enumerate(partition):
+        for position, index in enumerate(indices):
+            ax.add_patch(
+                plt.Rectangle((index, rank), 1, 1, color=RANK_COLOURS[rank % 10], alpha=0.8)
+            )
+            ax.text(
+                index + 0.5,
+                rank + 0.5,
+                str(position),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white",
+            )
+    ax.set_xlim(0, size)
+    ax.set_ylim(world_size, 0)
+    ax.set_xticks(np.arange(size) + 0.5, [str(i) for i in range(size)], fontsize=8)
+    ax.set_yticks(np.arange(world_size) + 0.5, [f"rank {r}" for r in range(world_size)])
+    for index, label in enumerate(ax.get_xticklabels()):
+        if index in marks["repeated"]:
+            label.set_color("red")
+            label.set_fontweight("bold")
+        elif index in marks["dropped"]:
+            label.set_color("grey")
+    ax.set_xlabel("data-set index (red: repeated as padding, grey: dropped)")
+    ax.set_title(title or "which rank gets each index (number = position in its order)")
+    ax.set_aspect("equal")
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def loss_curves(reports: Sequence[Mapping], key: str = "losses") -> Figure:
+    """Plot each rank's mean training loss per epoch from its report."""
+    fig, ax = plt.subplots(figsize=(5, 3))
+    for report in reports:
+        values = list(report[key])
+        ax.plot(
+            range(len(values)),
+            values,
+            marker="o",
+            color=RANK_COLOURS[report["rank"] % 10],
+            label=f"rank {report['rank']}",
+        )
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("mean loss on this rank's shard")
+    ax.legend()
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def gradient_picture(
+    reports: Sequence[Mapping], before: str = "own_grad", after: str = "synced_grad"
+) -> Figure:
+    """Plot the first gradient entries of every rank, before and after DDP's all-reduce."""
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharey=True)
+    for ax, key, title in (
+        (axes[0], before, "own batch only (no_sync)"),
+        (axes[1], after, "after DDP's all-reduce"),
+    ):
+        for report in reports:
+            values = report[key][:40].numpy()
+            ax.plot(
+                values,
+                marker=".",
+                linestyle="-",
+                color=RANK_COLOURS[report["rank"] % 10],
+                label=f"rank {report['rank']}",
+                alpha=0.8,
+            )
+        ax.set_title(title)
+        ax.set_xlabel("gradient entry (first 40 of the first layer)")
+    axes[0].set_ylabel("gradient value")
+    axes[1].legend()
+    fig.tight_layout()
+    plt.close(fig)
+    return fig

@@ -1,0 +1,97 @@
+"""Reports that ranks send back to the notebook, and how the notebook prints them.
+
+What a child process prints reaches JupyterLab but not a test run, and the
+order of lines from several processes changes from run to run. So ranks print
+nothing: each one calls :func:`send_report` with what it saw, and the parent
+reads every rank's report and prints one table sorted by rank.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+#: Set by :func:`ddp_lesson.launch.bounded` for the processes it supervises.
+REPORT_DIR_ENV = "DDP_LESSON_REPORT_DIR"
+
+
+def send_report(rank: int, **fields: object) -> None:
+    """Send this rank's findings back to the process that launched it.
+
+    Values may be numbers, strings, lists, dicts and tensors. Outside a
+    supervised launch (a worker run by hand as a script) the report is
+    printed instead.
+
+    Args:
+        rank: the rank of the calling process.
+        **fields: what to report, e.g. ``device="cpu"``.
+    """
+    report = {"rank": int(rank), **fields}
+    folder = os.environ.get(REPORT_DIR_ENV)
+    if not folder:
+        print(f"[rank {rank}]", {k: v for k, v in report.items() if k != "rank"})
+        return
+    path = Path(folder) / f"rank_{int(rank):04d}.pt"
+    partial = path.with_suffix(".partial")
+    torch.save(report, partial)
+    os.replace(partial, path)  # the parent never sees half a report
+
+
+def collect(folder: str | os.PathLike) -> list[dict]:
+    """Read every rank's report from ``folder``, sorted by rank."""
+    reports = [torch.load(p, weights_only=True) for p in sorted(Path(folder).glob("rank_*.pt"))]
+    return sorted(reports, key=lambda r: r["rank"])
+
+
+def _cell(value: object, digits: int) -> str:
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return _cell(value.item(), digits)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_cell(v, digits) for v in value) + "]"
+    return str(value)
+
+
+def table(rows: Iterable[Mapping], columns: Sequence[str], *, digits: int = 4) -> str:
+    """Format ``rows`` as a fixed-width text table with the given ``columns``.
+
+    Floats are rounded to ``digits`` places so that printed summaries stay
+    identical across runs of the same code.
+
+    Args:
+        rows: one mapping per rank (or per anything).
+        columns: the keys to show, in order; a missing key shows as ``-``.
+        digits: decimal places for floats.
+
+    >>> print(table([{"rank": 1, "loss": 0.123456}, {"rank": 0}], ["rank", "loss"]))
+    rank  loss
+       1  0.1235
+       0  -
+    """
+    cells = [[_cell(r[c], digits) if c in r else "-" for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+
+    def line(values: Sequence[str], header: bool = False) -> str:
+        out = []
+        for value, width in zip(values, widths, strict=True):
+            numeric = not header and value.replace(".", "", 1).lstrip("-").isdigit()
+            out.append(value.rjust(width) if numeric else value.ljust(width))
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(columns, header=True)] + [line(row) for row in cells])
+
+
+def max_abs_difference(tensors: Sequence[torch.Tensor]) -> float:
+    """The largest absolute difference between the first tensor and any other.
+
+    >>> max_abs_difference([torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])])
+    0.5
+    """
+    if len(tensors) < 2:
+        return 0.0
+    first = tensors[0]
+    return max(float((t - first).abs().max()) for t in tensors[1:])

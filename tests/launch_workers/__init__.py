@@ -1,0 +1,1 @@
+"""Small worker modules that the launch tests start with mp.spawn."""

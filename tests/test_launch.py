@@ -1,0 +1,194 @@
+"""Real multi-process launches through ddp_lesson.launch, healthy and faulty.
+
+Each test starts real gloo processes with mp.spawn, exactly as the notebooks
+do, and checks what the learner would see: the ranks' reports, the message
+when something goes wrong, the time bound, and that nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch.multiprocessing as mp
+from launch_workers import faulty, healthy
+
+from ddp_lesson import launch
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+def port_is_listening(port: int) -> bool:
+    return any(
+        c.laddr.port == port and c.status == psutil.CONN_LISTEN
+        for c in psutil.net_connections("inet")
+    )
+
+
+def test_healthy_launch_reports_every_rank_and_cleans_up():
+    with launch.bounded(2, timeout_s=60) as run:
+        assert port_is_listening(run.port)
+        mp.spawn(healthy.main, args=(2, run.port), nprocs=2)
+    assert [r["rank"] for r in run.reports] == [0, 1]
+    assert [r["total"] for r in run.reports] == [1.0, 1.0]  # 0 + 1 on both ranks
+    assert len({r["pid"] for r in run.reports}) == 2
+    assert run.started == 2
+    assert not port_is_listening(run.port)
+
+
+def test_ranks_listen_on_loopback_only():
+    with launch.bounded(2, timeout_s=60) as run:
+        mp.spawn(healthy.main, args=(2, run.port), nprocs=2)
+    addresses = {ip for r in run.reports for ip in r["listening"]}
+    assert addresses, "the ranks should have seen the group's listening sockets"
+    assert addresses <= {"127.0.0.1"}, addresses
+
+
+def test_threads_per_rank_share_the_cores():
+    with launch.bounded(2, timeout_s=60, threads_per_rank=1) as run:
+        mp.spawn(healthy.main, args=(2, run.port), nprocs=2)
+    assert [r["threads"] for r in run.reports] == [1, 1]
+
+
+def test_environment_is_restored_after_a_launch():
+    before = dict(os.environ)
+    with launch.bounded(2, timeout_s=60) as run:
+        mp.spawn(healthy.main, args=(2, run.port), nprocs=2)
+    assert dict(os.environ) == before
+
+
+def test_stuck_collective_ends_at_the_deadline():
+    started = time.monotonic()
+    with pytest.raises(launch.LaunchTimeout) as caught:
+        with launch.bounded(2, timeout_s=5) as run:
+            mp.spawn(faulty.never_arrives, args=(2, run.port), nprocs=2)
+    took = time.monotonic() - started
+    # deadline + SIGTERM grace + slack for a loaded machine
+    assert took < 5 + launch.STOP_GRACE_S + 8, took
+    message = str(caught.value)
+    assert "did not finish within 5 s" in message
+    assert "collective" in message and "nprocs=world_size" in message
+    assert not port_is_listening(run.port)
+
+
+def test_a_rank_that_raises_is_named_with_its_line():
+    with pytest.raises(launch.LaunchError) as caught:
+        with launch.bounded(2, timeout_s=60) as run:
+            mp.spawn(faulty.raises, args=(2, run.port), nprocs=2)
+    error = caught.value
+    assert error.rank == 1
+    assert str(error).startswith("rank 1 raised ValueError: rank 1 cannot continue")
+    assert "launch_workers/faulty.py, line" in str(error)
+    assert "Traceback" in error.rank_traceback
+    assert len(str(error).splitlines()) <= 4  # a message, not a wall
+
+
+def test_a_rank_that_exits_early_is_named():
+    with pytest.raises(launch.LaunchError, match=r"rank 1 exited with code 3"):
+        with launch.bounded(2, timeout_s=60) as run:
+            mp.spawn(faulty.exits_early, args=(2, run.port), nprocs=2)
+
+
+def test_nprocs_zero_is_reported_not_silent():
+    with pytest.raises(launch.LaunchError, match=r"nprocs=0.*Pass nprocs=world_size \(here 2\)"):
+        with launch.bounded(2, timeout_s=60) as run:
+            mp.spawn(healthy.main, args=(2, run.port), nprocs=0)
+
+
+@pytest.mark.parametrize(
+    ("world_size", "error", "fragment"),
+    [
+        (0, ValueError, "mp.spawn(..., nprocs=0) silently starts nothing"),
+        (-1, ValueError, "must be >= 1"),
+        (2.0, TypeError, "whole number"),
+        ("2", TypeError, "whole number"),
+        (1000, ValueError, "more CPU processes than this machine"),
+    ],
+)
+def test_bad_world_size_is_refused_before_anything_starts(world_size, error, fragment):
+    with pytest.raises(error) as caught:
+        launch.bounded(world_size)
+    assert fragment in str(caught.value)
+
+
+def test_bad_timeout_is_refused():
+    with pytest.raises(ValueError, match="timeout_s must be a positive number"):
+        launch.bounded(2, timeout_s=0)
+
+
+def test_what_ranks_print_is_shown_after_the_launch(capfd):
+    with launch.bounded(2, timeout_s=60) as run:
+        mp.spawn(faulty.prints, args=(2, run.port), nprocs=2)
+    assert "hello from rank 0" in run.output and "hello from rank 1" in run.output
+    shown = capfd.readouterr().out
+    assert shown.startswith("What the ranks printed:")
+
+
+def test_interrupted_launch_leaves_nothing_running():
+    # What "interrupt the kernel" does: SIGINT to the process that launched.
+    timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with launch.bounded(2, timeout_s=60) as run:
+                mp.spawn(faulty.never_arrives, args=(2, run.port), nprocs=2)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 4.0 + launch.STOP_GRACE_S + 8
+    assert not port_is_listening(run.port)
+
+
+def test_two_notebooks_launching_at_once_do_not_clash(tmp_path):
+    # Two kernels are two processes: run two scripts that launch at the same time.
+    script = tmp_path / "notebook.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import torch.multiprocessing as mp\n"
+        "from launch_workers import healthy\n"
+        "from ddp_lesson import launch\n"
+        "if __name__ == '__main__':\n"
+        "    with launch.bounded(2, timeout_s=60) as run:\n"
+        "        mp.spawn(healthy.main, args=(2, run.port), nprocs=2)\n"
+        "    print(run.port, [r['total'] for r in run.reports])\n"
+    )
+    outputs: list[str] = []
+    threads = [
+        threading.Thread(target=lambda: outputs.append(launch.run_script(script, timeout_s=120)))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(outputs) == 2, "one of the two launches failed"
+    ports = {line.split()[0] for line in outputs}
+    assert len(ports) == 2
+    assert all(line.strip().endswith("[1.0, 1.0]") for line in outputs)
+
+
+def test_run_script_returns_output_and_bounds_time(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello')\n")
+    assert launch.run_script(script, timeout_s=60).strip() == "hello"
+
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\ntime.sleep(60)\n")
+    started = time.monotonic()
+    with pytest.raises(launch.LaunchTimeout):
+        launch.run_script(slow, timeout_s=2)
+    assert time.monotonic() - started < 10
+
+    failing = tmp_path / "failing.py"
+    failing.write_text("raise SystemExit('bad input: use --epochs 2')\n")
+    with pytest.raises(launch.LaunchError, match=r"(?s)exited with code 1.*bad input"):
+        launch.run_script(failing, timeout_s=60)
+
+    with pytest.raises(FileNotFoundError, match="run the %%writefile cell"):
+        launch.run_script(tmp_path / "missing.py")

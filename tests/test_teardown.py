@@ -1,0 +1,47 @@
+"""The lesson's training worker, launched again and again: teardown must never crash.
+
+A rank can die with SIGABRT at exit when the process group is destroyed (or
+never destroyed) while a DDP model is still alive. The stage-06 worker frees
+the model and runs gc.collect() before destroy_process_group(); this test
+takes that worker straight from notebooks/06_full_script.ipynb and launches
+it repeatedly. Set DDP_LESSON_TEARDOWN_RUNS for a longer soak.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch.multiprocessing as mp
+from conftest import writefile_cells
+
+from ddp_lesson import launch, reports
+
+RUNS = int(os.environ.get("DDP_LESSON_TEARDOWN_RUNS", "8"))
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "06_full_script.ipynb"
+
+
+@pytest.fixture
+def lesson_worker(tmp_path, monkeypatch):
+    source = writefile_cells(NOTEBOOK)["workers/stage_06.py"]
+    (tmp_path / "lesson_stage_06.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the ranks inherit sys.path
+    import lesson_stage_06
+
+    return lesson_stage_06
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_training_worker_tears_down_cleanly_every_time(lesson_worker):
+    failures = []
+    for attempt in range(RUNS):
+        try:
+            with launch.bounded(2, timeout_s=120) as run:
+                mp.spawn(lesson_worker.main, args=(2, 1, run.port), nprocs=2)
+        except launch.LaunchError as error:
+            failures.append(f"run {attempt}: {error}")
+            continue
+        assert [r["rank"] for r in run.reports] == [0, 1]
+        assert reports.max_abs_difference([r["params"] for r in run.reports]) == 0.0
+    assert not failures, f"{len(failures)} of {RUNS} launches failed:\n" + "\n".join(failures)
