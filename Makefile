@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test install lint notebooks clean
+.PHONY: lab test install lint notebooks soak clean
 
 lab: $(STAMP)  ## open the course in JupyterLab (listens on 127.0.0.1 only)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. notebooks/00_setup.ipynb
@@ -18,6 +18,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check ddp_lesson tests notebooks
 
 install: $(STAMP)
+
+soak: $(STAMP)  ## 200 launches of the lesson's training worker in a row; all must tear down cleanly
+	DDP_LESSON_TEARDOWN_RUNS=200 $(BIN)/python -m pytest -o addopts="-p no:cacheprovider" \
+	  tests/test_teardown.py -v -s
 
 notebooks: $(STAMP)  ## re-run the lessons and save their outputs (what nbval compares)
 	cd notebooks && ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace \

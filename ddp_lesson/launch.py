@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 import psutil
@@ -51,8 +52,59 @@ from . import devices, reports
 #: Seconds between the polite stop (SIGTERM) and the forced one (SIGKILL).
 STOP_GRACE_S = 2.0
 
+#: How much of the ranks' output is kept: the first and the last this many bytes.
+OUTPUT_KEPT_BYTES = 32 * 1024
+
 #: Environment that the launched ranks inherit while a launch runs.
 _AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
+
+
+class _OutputTap:
+    """Collects what the ranks write to stdout and stderr, keeping head and tail only.
+
+    The ranks inherit file descriptors 1 and 2. For the length of a launch
+    both point at a pipe that a thread drains, so a rank that floods its
+    output can neither fill the notebook nor the disk, and never blocks.
+    """
+
+    def __init__(self, kept: int = OUTPUT_KEPT_BYTES):
+        self.kept = kept
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        read_end, write_end = os.pipe()
+        self._saved = (os.dup(1), os.dup(2))
+        os.dup2(write_end, 1)
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        self._reader = threading.Thread(
+            target=self._drain, args=(read_end,), name="ddp-lesson-output", daemon=True
+        )
+        self._reader.start()
+
+    def _drain(self, fd: int) -> None:
+        with os.fdopen(fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                self.total += len(chunk)
+                room = self.kept - len(self.head)
+                if room > 0:
+                    self.head += chunk[:room]
+                    chunk = chunk[room:]
+                self.tail = (self.tail + chunk)[-self.kept :]
+
+    def close(self) -> str:
+        """Point fds 1 and 2 back where they were and return what was collected."""
+        for fd, saved in zip((1, 2), self._saved, strict=True):
+            os.dup2(saved, fd)  # drops this process's last write end of the pipe
+            os.close(saved)
+        self._reader.join(timeout=2)
+        text = self.head.decode(errors="replace")
+        skipped = self.total - len(self.head) - len(self.tail)
+        if skipped > 0:
+            text += f"\n[... {skipped} bytes of rank output not shown ...]\n"
+        return text + self.tail.decode(errors="replace")
 
 
 class LaunchError(RuntimeError):
@@ -222,14 +274,10 @@ class Run:
         }
         self._saved_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
-        # The ranks inherit file descriptors 1 and 2: point them at a file for
-        # the length of the launch, so rank output lands in one place.
-        self._log = tempfile.TemporaryFile()
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        self._saved_fds = (os.dup(1), os.dup(2))
-        os.dup2(self._log.fileno(), 1)
-        os.dup2(self._log.fileno(), 2)
+        # Start multiprocessing's resource tracker now, before the output is
+        # redirected: it outlives the launch and must not hold the pipe open.
+        resource_tracker.ensure_running()
+        self._tap = _OutputTap()
         # torch logs "Terminating process <pid> via signal SIGTERM" when it
         # stops the other ranks after a failure; the error we raise says it
         # in words, without pids that change from run to run.
@@ -251,12 +299,7 @@ class Run:
             stop_processes(leftovers)
         self.started = len(self._seen)
         self._spawn_log.setLevel(self._saved_level)
-        for fd, saved in zip((1, 2), self._saved_fds, strict=True):
-            os.dup2(saved, fd)
-            os.close(saved)
-        self._log.seek(0)
-        self.output = self._log.read().decode(errors="replace")
-        self._log.close()
+        self.output = self._tap.close()
         for key, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -272,12 +315,21 @@ class Run:
         self._cleanup()
         if self.timed_out:
             raise LaunchTimeout(self._timeout_message()) from None
+        if exc_type is KeyboardInterrupt:
+            print(
+                f"launch interrupted: its {self.started} rank process(es) were stopped",
+                file=sys.stderr,
+            )
         if isinstance(exc, ProcessRaisedException):
             trace = str(exc).split("terminated with the following error:", 1)[-1].strip()
             where = _worker_frame(trace)
-            message = f"rank {exc.error_index} raised {_last_error_line(trace)}"
+            error = _last_error_line(trace)
+            message = f"rank {exc.error_index} raised {error}"
             if where:
                 message += f"\n  at {where}"
+            hint = self._raised_hint(error)
+            if hint:
+                message += f"\n{hint}"
             message += (
                 "\nAny other ranks were stopped. The rank's full traceback is in "
                 "the exception's .rank_traceback."
@@ -303,30 +355,60 @@ class Run:
         else:
             how = f"exited with code {exc.exit_code}"
         error = _last_error_line(self.output) if self.output.strip() else ""
-        if "Can't get attribute" in error:
+        before_main = "spawn_main" in self.output and "_wrap" not in self.output
+        if before_main and "Can't get attribute" in error:
             return (
                 f"rank {exc.error_index} {how} before it could run its function: {error}\n"
                 "A new process cannot import a function defined in a notebook cell. Write the "
                 "function to a file (a %%writefile cell), import that module, and pass "
                 "module.main to mp.spawn."
             )
+        if before_main and error:
+            return (
+                f"rank {exc.error_index} {how} while importing the worker module, before it "
+                f"could run its function: {error}\nFix the worker file (re-run its %%writefile "
+                "cell), then re-run the cell that imports and launches it."
+            )
         message = f"rank {exc.error_index} {how} without raising a Python error in its function"
         if error:
             message += f"; its last words: {error}"
         return message + (
-            ". The other ranks were stopped. A rank that exits early (sys.exit, os._exit) or "
-            "crashes in native code leaves the others waiting for it."
+            ". Any other ranks were stopped. A rank that exits early (sys.exit, os._exit), is "
+            "killed, or crashes in native code leaves the others waiting for it."
         )
+
+    def _raised_hint(self, error: str) -> str:
+        if error.startswith("TypeError") and "positional argument" in error:
+            return (
+                "mp.spawn passes each process its rank as the first argument by itself; "
+                "args=(...) must hold only the arguments that come after rank in main's "
+                "signature."
+            )
+        if "clients joined" in error or "waiting for clients" in error:
+            return (
+                "not every rank reached init_process_group: start world_size processes "
+                "(nprocs=world_size) and make every rank call it."
+            )
+        return ""
 
     def _timeout_message(self) -> str:
         ranks = sorted(r["rank"] for r in self.reports)
-        return (
+        message = (
             f"the launch did not finish within {self.timeout_s:g} s, so its "
             f"{self.started} process(es) were stopped. world_size was {self.world_size}; "
-            f"ranks that reported back: {ranks or 'none'}. Ranks hang when one of them waits "
-            "in a collective (init_process_group, all_reduce, a DDP backward) that another "
-            "rank never reaches, or when fewer processes were started than world_size. "
-            "Check that every rank runs the same collectives and that nprocs=world_size."
+            f"ranks that reported back: {ranks or 'none'}. "
+        )
+        if 0 < self.started < self.world_size:
+            return message + (
+                f"Only {self.started} process(es) were started for a world of "
+                f"{self.world_size}, so the group waited for ranks that never came: pass "
+                "nprocs=world_size to mp.spawn."
+            )
+        return message + (
+            "Ranks hang when one of them waits in a collective (init_process_group, "
+            "all_reduce, a DDP backward) that another rank never reaches, or when the ranks "
+            "were not told where to meet (MASTER_PORT must be run.port). Check that every "
+            "rank runs the same collectives and that nprocs=world_size."
         )
 
     def summary(self, columns: Sequence[str], *, digits: int = 4) -> str:

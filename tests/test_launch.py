@@ -1,4 +1,4 @@
-"""Real multi-process launches through ddp_lesson.launch, healthy and faulty.
+"""Real multi-process launches through ddp_lesson.launch: the healthy path.
 
 Each test starts real gloo processes with mp.spawn, exactly as the notebooks
 do, and checks what the learner would see: the ranks' reports, the message
@@ -8,7 +8,6 @@ when something goes wrong, the time bound, and that nothing is left behind.
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -62,86 +61,12 @@ def test_environment_is_restored_after_a_launch():
     assert dict(os.environ) == before
 
 
-def test_stuck_collective_ends_at_the_deadline():
-    started = time.monotonic()
-    with pytest.raises(launch.LaunchTimeout) as caught:
-        with launch.bounded(2, timeout_s=5) as run:
-            mp.spawn(faulty.never_arrives, args=(2, run.port), nprocs=2)
-    took = time.monotonic() - started
-    # deadline + SIGTERM grace + slack for a loaded machine
-    assert took < 5 + launch.STOP_GRACE_S + 8, took
-    message = str(caught.value)
-    assert "did not finish within 5 s" in message
-    assert "collective" in message and "nprocs=world_size" in message
-    assert not port_is_listening(run.port)
-
-
-def test_a_rank_that_raises_is_named_with_its_line():
-    with pytest.raises(launch.LaunchError) as caught:
-        with launch.bounded(2, timeout_s=60) as run:
-            mp.spawn(faulty.raises, args=(2, run.port), nprocs=2)
-    error = caught.value
-    assert error.rank == 1
-    assert str(error).startswith("rank 1 raised ValueError: rank 1 cannot continue")
-    assert "launch_workers/faulty.py, line" in str(error)
-    assert "Traceback" in error.rank_traceback
-    assert len(str(error).splitlines()) <= 4  # a message, not a wall
-
-
-def test_a_rank_that_exits_early_is_named():
-    with pytest.raises(launch.LaunchError, match=r"rank 1 exited with code 3"):
-        with launch.bounded(2, timeout_s=60) as run:
-            mp.spawn(faulty.exits_early, args=(2, run.port), nprocs=2)
-
-
-def test_nprocs_zero_is_reported_not_silent():
-    with pytest.raises(launch.LaunchError, match=r"nprocs=0.*Pass nprocs=world_size \(here 2\)"):
-        with launch.bounded(2, timeout_s=60) as run:
-            mp.spawn(healthy.main, args=(2, run.port), nprocs=0)
-
-
-@pytest.mark.parametrize(
-    ("world_size", "error", "fragment"),
-    [
-        (0, ValueError, "mp.spawn(..., nprocs=0) silently starts nothing"),
-        (-1, ValueError, "must be >= 1"),
-        (2.0, TypeError, "whole number"),
-        ("2", TypeError, "whole number"),
-        (1000, ValueError, "more CPU processes than this machine"),
-    ],
-)
-def test_bad_world_size_is_refused_before_anything_starts(world_size, error, fragment):
-    with pytest.raises(error) as caught:
-        launch.bounded(world_size)
-    assert fragment in str(caught.value)
-
-
-def test_bad_timeout_is_refused():
-    with pytest.raises(ValueError, match="timeout_s must be a positive number"):
-        launch.bounded(2, timeout_s=0)
-
-
 def test_what_ranks_print_is_shown_after_the_launch(capfd):
     with launch.bounded(2, timeout_s=60) as run:
         mp.spawn(faulty.prints, args=(2, run.port), nprocs=2)
     assert "hello from rank 0" in run.output and "hello from rank 1" in run.output
     shown = capfd.readouterr().out
     assert shown.startswith("What the ranks printed:")
-
-
-def test_interrupted_launch_leaves_nothing_running():
-    # What "interrupt the kernel" does: SIGINT to the process that launched.
-    timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    started = time.monotonic()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            with launch.bounded(2, timeout_s=60) as run:
-                mp.spawn(faulty.never_arrives, args=(2, run.port), nprocs=2)
-    finally:
-        timer.cancel()
-    assert time.monotonic() - started < 4.0 + launch.STOP_GRACE_S + 8
-    assert not port_is_listening(run.port)
 
 
 def test_two_notebooks_launching_at_once_do_not_clash(tmp_path):

@@ -44,4 +44,5 @@ def test_training_worker_tears_down_cleanly_every_time(lesson_worker):
             continue
         assert [r["rank"] for r in run.reports] == [0, 1]
         assert reports.max_abs_difference([r["params"] for r in run.reports]) == 0.0
+    print(f"\nteardown loop: {RUNS - len(failures)} of {RUNS} launches ended cleanly")
     assert not failures, f"{len(failures)} of {RUNS} launches failed:\n" + "\n".join(failures)

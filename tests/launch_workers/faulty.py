@@ -1,6 +1,7 @@
-"""Workers that go wrong in one specific way each."""
+"""Workers that go wrong in one specific way each (see tests/faults/)."""
 
 import os
+import signal
 import time
 from datetime import timedelta
 
@@ -8,16 +9,25 @@ import torch
 from torch.distributed import all_reduce, init_process_group
 
 
-def _join(rank, world_size, port):
+def _join(rank, world_size, port, timeout_s=60):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+    init_process_group(
+        "gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+    )
 
 
 def raises(rank, world_size, port):
     if rank == 1:
         raise ValueError("rank 1 cannot continue")
     _join(rank, world_size, port)
+
+
+def raises_after_init(rank, world_size, port):
+    _join(rank, world_size, port)
+    if rank == 1:
+        raise RuntimeError("rank 1 failed in the middle of training")
+    all_reduce(torch.ones(1))
 
 
 def never_arrives(rank, world_size, port):
@@ -33,5 +43,23 @@ def exits_early(rank, world_size, port):
     _join(rank, world_size, port)
 
 
+def killed(rank, world_size, port, how):
+    _join(rank, world_size, port)
+    if rank == 1:
+        os.kill(os.getpid(), getattr(signal, how))
+        time.sleep(60)
+    all_reduce(torch.ones(1))
+
+
+def fixed_port(rank, world_size, port):
+    _join(rank, world_size, 12355 if port is None else port, timeout_s=300)
+
+
 def prints(rank, world_size, port):
     print(f"hello from rank {rank}", flush=True)
+
+
+def floods(rank, world_size, port):
+    line = f"rank {rank} says something very loudly " * 4 + "\n"
+    for _ in range(100_000):  # about 17 MB per rank
+        os.write(1, line.encode())

@@ -1,0 +1,231 @@
+"""Every way a launch can fail, injected for real, with its time bound and message.
+
+Each test starts real gloo processes through ``launch.bounded`` and
+``mp.spawn``, exactly as a notebook does, then checks three promises:
+the failure ends within a stated bound, the learner gets a message that
+names the cause and the fix, and nothing is left behind (no child process,
+no listening socket).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+import psutil
+import pytest
+import torch.multiprocessing as mp
+from launch_workers import faulty, healthy
+
+from ddp_lesson import devices, launch
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+#: Slack for process start-up and a loaded 2-core machine, on top of each bound.
+SLACK_S = 10.0
+
+
+def listening(port: int) -> bool:
+    return any(
+        c.laddr.port == port and c.status == psutil.CONN_LISTEN
+        for c in psutil.net_connections("inet")
+    )
+
+
+@contextmanager
+def bounded_by(seconds: float):
+    """Fail if the block takes longer than ``seconds`` (plus start-up slack)."""
+    started = time.monotonic()
+    yield
+    took = time.monotonic() - started
+    assert took < seconds + SLACK_S, f"took {took:.1f} s, bound {seconds} s"
+
+
+def launch_expecting(error_type, worker, *, world_size=2, nprocs=None, args=None, timeout_s=60):
+    with pytest.raises(error_type) as caught:
+        with launch.bounded(world_size, timeout_s=timeout_s) as run:
+            spawn_args = args(run) if args else (world_size, run.port)
+            mp.spawn(worker, args=spawn_args, nprocs=world_size if nprocs is None else nprocs)
+    assert not listening(run.port)
+    return str(caught.value)
+
+
+# 1
+def test_rank_raises_before_init_process_group():
+    with bounded_by(0):
+        message = launch_expecting(launch.LaunchError, faulty.raises)
+    assert message.startswith("rank 1 raised ValueError: rank 1 cannot continue")
+    assert "faulty.py, line" in message
+
+
+# 2
+def test_rank_raises_after_init_process_group():
+    with bounded_by(0):
+        message = launch_expecting(launch.LaunchError, faulty.raises_after_init)
+    assert "rank 1 raised RuntimeError: rank 1 failed in the middle of training" in message
+
+
+# 3
+def test_rank_skips_a_collective():
+    with bounded_by(5 + launch.STOP_GRACE_S):
+        message = launch_expecting(launch.LaunchTimeout, faulty.never_arrives, timeout_s=5)
+    assert "did not finish within 5 s" in message
+    assert "collective" in message
+
+
+# 4
+def test_fewer_processes_than_world_size():
+    with bounded_by(5 + launch.STOP_GRACE_S):
+        message = launch_expecting(launch.LaunchTimeout, healthy.main, nprocs=1, timeout_s=5)
+    assert "Only 1 process(es) were started for a world of 2" in message
+    assert "nprocs=world_size" in message
+
+
+# 5
+def test_chosen_port_is_never_one_already_taken():
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        with launch.bounded(2, timeout_s=60) as run:
+            assert run.port != taken.getsockname()[1]
+            mp.spawn(healthy.main, args=(2, run.port), nprocs=2)
+        assert [r["total"] for r in run.reports] == [1.0, 1.0]
+    finally:
+        taken.close()
+
+
+def test_fixed_tutorial_port_that_is_busy_ends_at_the_deadline():
+    # A worker that ignores run.port and uses the tutorials' 12355, held by someone else.
+    try:
+        busy = socket.create_server(("127.0.0.1", 12355))
+    except OSError:
+        busy = None  # already busy on this machine: even better
+    try:
+        with bounded_by(6 + launch.STOP_GRACE_S):
+            message = launch_expecting(
+                launch.LaunchTimeout, faulty.fixed_port, args=lambda run: (2, None), timeout_s=6
+            )
+        assert "MASTER_PORT must be run.port" in message
+    finally:
+        if busy:
+            busy.close()
+
+
+# 6
+def test_world_size_zero_is_refused_before_anything_starts():
+    with bounded_by(0):
+        with pytest.raises(ValueError, match=r"nprocs=0\) silently starts nothing"):
+            launch.bounded(0)
+
+
+def test_nprocs_zero_is_reported():
+    with bounded_by(0):
+        message = launch_expecting(launch.LaunchError, healthy.main, nprocs=0)
+    assert "no process was started" in message and "nprocs=world_size (here 2)" in message
+
+
+# 7
+def test_rank_passed_twice_in_spawn_args():
+    with bounded_by(0):
+        message = launch_expecting(
+            launch.LaunchError, healthy.main, args=lambda run: (0, 2, run.port)
+        )
+    assert "raised TypeError: main() takes 3 positional arguments but 4 were given" in message
+    assert "passes each process its rank as the first argument" in message
+
+
+# 8
+@pytest.fixture
+def worker_module(tmp_path, monkeypatch):
+    """A worker module in a temporary folder, importable by the ranks."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "learner_worker.py"
+    path.write_text("def main(rank, world_size, port):\n    pass\n")
+    sys.modules.pop("learner_worker", None)
+    module = importlib.import_module("learner_worker")
+    yield path, module
+    sys.modules.pop("learner_worker", None)
+
+
+def test_worker_file_with_a_syntax_error(worker_module):
+    path, module = worker_module
+    path.write_text("def main(rank, world_size, port)\n    pass\n")  # missing colon
+    with bounded_by(0):
+        message = launch_expecting(launch.LaunchError, module.main, world_size=1)
+    assert "while importing the worker module" in message
+    assert "SyntaxError" in message and "re-run its %%writefile cell" in message
+
+
+def test_worker_file_that_fails_at_import(worker_module):
+    path, module = worker_module
+    path.write_text("raise RuntimeError('the data folder is missing')\n")
+    with bounded_by(0):
+        message = launch_expecting(launch.LaunchError, module.main, world_size=1)
+    assert "while importing the worker module" in message
+    assert "RuntimeError: the data folder is missing" in message
+
+
+def test_worker_file_without_main(worker_module):
+    path, _ = worker_module
+    path.write_text("def mian(rank, world_size, port):\n    pass\n")
+    sys.modules.pop("learner_worker", None)
+    module = importlib.import_module("learner_worker")
+    with bounded_by(0):
+        with pytest.raises(AttributeError, match="has no attribute 'main'"):
+            with launch.bounded(1, timeout_s=60) as run:
+                mp.spawn(module.main, args=(1, run.port), nprocs=1)
+
+
+# 9
+def test_interrupted_launch_leaves_no_orphan():
+    timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with bounded_by(4 + launch.STOP_GRACE_S):
+            launch_expecting(KeyboardInterrupt, faulty.never_arrives)
+    finally:
+        timer.cancel()
+
+
+# 10: two notebooks launching at once: see
+# tests/test_launch.py::test_two_notebooks_launching_at_once_do_not_clash
+
+
+# 11
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGABRT"])
+def test_rank_killed_by_a_signal(how):
+    with bounded_by(0):
+        message = launch_expecting(
+            launch.LaunchError, faulty.killed, args=lambda run: (2, run.port, how)
+        )
+    assert f"rank 1 was killed by {how}" in message
+    assert "leaves the others waiting" in message
+
+
+# 12
+def test_rank_that_floods_its_output(capfd):
+    with bounded_by(0):
+        with launch.bounded(2, timeout_s=120) as run:
+            mp.spawn(faulty.floods, args=(2, run.port), nprocs=2)
+    assert len(run.output) < 3 * launch.OUTPUT_KEPT_BYTES
+    assert "bytes of rank output not shown" in run.output
+    shown = capfd.readouterr().out
+    assert len(shown) < 3 * launch.OUTPUT_KEPT_BYTES
+
+
+# inputs of the public helpers
+@pytest.mark.parametrize("bad", [0, -5, "10", None])
+def test_bad_launch_timeouts_are_refused(bad):
+    with pytest.raises((ValueError, TypeError), match="timeout_s"):
+        launch.bounded(2, timeout_s=bad)
+
+
+def test_world_size_beyond_this_machine_is_refused():
+    limit = devices.MAX_CPU_PROCESSES_PER_CORE * devices.usable_cores()
+    with pytest.raises(ValueError, match="more CPU processes than this machine"):
+        launch.bounded(limit + 1)
