@@ -6,16 +6,21 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test install lint notebooks soak clean
+.PHONY: lab test install lint exercises notebooks soak clean
 
 lab: $(STAMP)  ## open the course in JupyterLab (listens on 127.0.0.1 only)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. notebooks/00_setup.ipynb
 
-test: $(STAMP) lint  ## unit tests, doctests, and every notebook under nbval
+test: $(STAMP) lint  ## unit tests, doctests, every notebook under nbval, exercises in sync
+	$(BIN)/python -m ddp_lesson.exercises --check
 	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --nbval-lax exercises
 
 lint: $(STAMP)
-	$(BIN)/ruff check ddp_lesson tests notebooks
+	$(BIN)/ruff check ddp_lesson tests notebooks solutions
+
+exercises: $(STAMP)  ## regenerate exercises/ from solutions/ (never overwrites a learner's edits)
+	$(BIN)/python -m ddp_lesson.exercises
 
 install: $(STAMP)
 
@@ -24,8 +29,8 @@ soak: $(STAMP)  ## 200 launches of the lesson's training worker in a row; all mu
 	  tests/test_teardown.py -v -s
 
 notebooks: $(STAMP)  ## re-run the lessons and save their outputs (what nbval compares)
-	cd notebooks && ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	  --ExecutePreprocessor.record_timing=False [0-9][0-9]_*.ipynb
+	for dir in notebooks solutions; do (cd $$dir && ../$(BIN)/jupyter nbconvert --to notebook \
+	  --execute --inplace --ExecutePreprocessor.record_timing=False [0-9][0-9]_*.ipynb) || exit 1; done
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
@@ -35,4 +40,5 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 clean:  ## remove the virtual environment and generated worker files
-	rm -rf $(VENV) notebooks/workers/stage_*.py notebooks/workers/single_device.py
+	rm -rf $(VENV)
+	find notebooks solutions exercises -path '*/workers/*' ! -name __init__.py -delete

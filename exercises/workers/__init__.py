@@ -1,0 +1,1 @@
+"""Worker files written by the %%writefile cells in exercises/ (not kept in git)."""

@@ -1,0 +1,3 @@
+# Wrong: moves the model but never wraps it.
+def wrap(model, rank, device):
+    return model.to(device)
