@@ -32,6 +32,7 @@ def lesson_worker(tmp_path, monkeypatch):
     return lesson_stage_06
 
 
+@pytest.mark.timeout(120 * RUNS + 60)  # each launch is bounded by its own 120 s
 @pytest.mark.usefixtures("no_leftovers")
 def test_training_worker_tears_down_cleanly_every_time(lesson_worker):
     failures = []
@@ -42,6 +43,8 @@ def test_training_worker_tears_down_cleanly_every_time(lesson_worker):
         except launch.LaunchError as error:
             failures.append(f"run {attempt}: {error}")
             continue
+        if (attempt + 1) % 25 == 0:
+            print(f"{attempt + 1} launches, {len(failures)} failed", flush=True)
         assert [r["rank"] for r in run.reports] == [0, 1]
         assert reports.max_abs_difference([r["params"] for r in run.reports]) == 0.0
     print(f"\nteardown loop: {RUNS - len(failures)} of {RUNS} launches ended cleanly")
