@@ -112,6 +112,30 @@ def _worker_path(path: str | Path) -> str | None:
     return str(resolved) if resolved.is_file() else None
 
 
+def _choice(check: str, answer: object, right: str, stage: str, note: str, fix: str) -> Result:
+    """Check a multiple-choice answer (a letter; case and spaces do not matter)."""
+    if _stub(answer):
+        return _not_attempted(check, "the answer line")
+    if str(answer).strip().lower() == right:
+        return _passed(check, note)
+    return _failed(check, stage, right, repr(answer), fix)
+
+
+def _launch_file(check: str, path: str | Path, probe: Callable, stubbed: str, *args):
+    """Launch ``probe`` around the learner's file; a Result if there is nothing to check yet.
+
+    Returns ``(reports, error, None)`` after a launch, or ``(None, None, result)``
+    when the file is missing or the learner's functions are still stubs.
+    """
+    worker = _worker_path(path)
+    if worker is None:
+        return None, None, _missing_file(check, path)
+    got, error = _launch(devices.plan().world_size, probe, worker, *args)
+    if error is not None and "NotImplementedError" in str(error):
+        return None, None, _not_attempted(check, stubbed)
+    return got, error, None
+
+
 def _missing_file(check: str, path: str | Path) -> Result:
     return Result(
         check,
@@ -200,16 +224,12 @@ def check_spawn(start: Callable, world_size: object) -> Result:
 
 def check_nprocs_zero(answer: object) -> Result:
     """Check the multiple-choice answer on what ``mp.spawn(..., nprocs=0)`` does."""
-    name = "check_nprocs_zero"
-    if _stub(answer):
-        return _not_attempted(name, "the answer line")
-    if str(answer).strip().lower() == "b":
-        return _passed(name, "nprocs=0 starts nothing and raises nothing: a silent no-op.")
-    return _failed(
-        name,
-        STAGES[0],
+    return _choice(
+        "check_nprocs_zero",
+        answer,
         "b",
-        repr(answer),
+        STAGES[0],
+        "nprocs=0 starts nothing and raises nothing: a silent no-op.",
         "re-run the mp.spawn(..., nprocs=0) cell in 00_setup and watch",
     )
 
@@ -218,15 +238,12 @@ def check_nprocs_zero(answer: object) -> Result:
 def check_process_group(path: str | Path) -> Result:
     """Launch the learner's ``ddp_setup`` and ``cleanup`` (from the file at ``path``) for real."""
     name = "check_process_group"
-    worker = _worker_path(path)
-    if worker is None:
-        return _missing_file(name, path)
     plan = devices.plan()
-    got, error = _launch(plan.world_size, probes.process_group, worker)
+    got, error, early = _launch_file(name, path, probes.process_group, "ddp_setup() and cleanup()")
+    if early is not None:
+        return early
     if error is not None:
         text = str(error)
-        if "NotImplementedError" in text:
-            return _not_attempted(name, "ddp_setup() and cleanup()")
         if isinstance(error, launch.LaunchTimeout):
             return _failed(
                 name,
@@ -297,14 +314,13 @@ def check_process_group(path: str | Path) -> Result:
 def check_sampler(path: str | Path, size: int = 10, epochs: int = 2) -> Result:
     """Launch the learner's ``make_loader`` and ``epoch_orders``; compare with the real sampler."""
     name = "check_sampler"
-    worker = _worker_path(path)
-    if worker is None:
-        return _missing_file(name, path)
     plan = devices.plan()
-    got, error = _launch(plan.world_size, probes.sampler, worker, size, epochs)
+    got, error, early = _launch_file(
+        name, path, probes.sampler, "make_loader() and epoch_orders()", size, epochs
+    )
+    if early is not None:
+        return early
     if error is not None:
-        if "NotImplementedError" in str(error):
-            return _not_attempted(name, "make_loader() and epoch_orders()")
         return _failed(
             name,
             STAGES[2],
@@ -393,16 +409,12 @@ def check_sampler_prediction(
 
 def check_easy(answer: object) -> Result:
     """Check the EASY fault-finding answer: what each process iterates without the sampler."""
-    name = "check_easy"
-    if _stub(answer):
-        return _not_attempted(name, "the answer line")
-    if str(answer).strip().lower() == "b":
-        return _passed(name, "without the sampler every process iterates the whole data set.")
-    return _failed(
-        name,
-        STAGES[2],
+    return _choice(
+        "check_easy",
+        answer,
         "b",
-        repr(answer),
+        STAGES[2],
+        "without the sampler every process iterates the whole data set.",
         "the sampler= argument is the only thing that divides the data",
     )
 
@@ -411,15 +423,12 @@ def check_easy(answer: object) -> Result:
 def check_wrap(path: str | Path) -> Result:
     """Launch the learner's ``wrap(model, rank, device)`` and compare weights and gradients."""
     name = "check_wrap"
-    worker = _worker_path(path)
-    if worker is None:
-        return _missing_file(name, path)
     plan = devices.plan()
-    got, error = _launch(plan.world_size, probes.model_wrap, worker)
+    got, error, early = _launch_file(name, path, probes.model_wrap, "wrap()")
+    if early is not None:
+        return early
     if error is not None:
         text = str(error)
-        if "NotImplementedError" in text:
-            return _not_attempted(name, "wrap()")
         if "device_ids" in text and "CPU modules" in text:
             return _failed(
                 name,
