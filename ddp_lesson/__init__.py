@@ -1,4 +1,9 @@
-"""Helpers for the ddp-lesson notebooks: devices, bounded launches, reports, data, models, plots.
+"""Helpers for the ddp-lesson notebooks.
+
+``devices`` (the device policy), ``launch`` (bounded launches around
+``mp.spawn``), ``reports`` (what ranks send back), ``data``, ``models``,
+``plots``, ``checks`` (the exercises' checks) and ``exercises`` (generates
+``exercises/`` from ``solutions/``).
 
 Submodules load on first use, so a rank that only needs ``reports`` does not
 pay for importing matplotlib.
@@ -6,7 +11,7 @@ pay for importing matplotlib.
 
 import importlib
 
-__all__ = ["data", "devices", "launch", "models", "plots", "reports"]
+__all__ = ["checks", "data", "devices", "exercises", "launch", "models", "plots", "reports"]
 
 
 def __getattr__(name: str):
