@@ -5,11 +5,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# JupyterLab refuses to start as root (containers, some cloud machines) unless told.
+LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab test install lint exercises notebooks soak clean
 
 lab: $(STAMP)  ## open the course in JupyterLab (listens on 127.0.0.1 only)
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. notebooks/00_setup.ipynb
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. $(LAB_ROOT) $(LAB_ARGS) \
+	  notebooks/00_setup.ipynb
 
 test: $(STAMP) lint  ## unit tests, doctests, every notebook under nbval, exercises in sync
 	$(BIN)/python -m ddp_lesson.exercises --check
