@@ -13,10 +13,12 @@ import importlib
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import psutil
 import pytest
@@ -211,6 +213,43 @@ def test_interrupted_launch_leaves_no_orphan():
             launch_expecting(KeyboardInterrupt, faulty.never_arrives)
     finally:
         timer.cancel()
+
+
+def test_killed_kernel_takes_its_ranks_with_it(tmp_path):
+    # A kernel restart or crash skips every cleanup; the ranks must not outlive it.
+    # torch.multiprocessing sets PR_SET_PDEATHSIG (SIGINT) in every spawned rank;
+    # this checks that it really ends them, also a rank blocked in a collective.
+    script = tmp_path / "kernel.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent.parent)!r})\n"
+        "import torch.multiprocessing as mp\n"
+        "from launch_workers import faulty\n"
+        "from ddp_lesson import launch\n"
+        "if __name__ == '__main__':\n"
+        "    with launch.bounded(2, timeout_s=300) as run:\n"
+        "        mp.spawn(faulty.never_arrives, args=(2, run.port), nprocs=2)\n"
+    )
+    kernel = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 60
+        ranks: list[psutil.Process] = []
+        while time.monotonic() < deadline and len(ranks) < 2:
+            time.sleep(0.5)
+            ranks = [
+                p
+                for p in psutil.Process(kernel.pid).children(recursive=True)
+                if "resource_tracker" not in " ".join(p.cmdline())
+            ]
+        assert len(ranks) == 2, "the ranks did not start"
+        time.sleep(healthy_launch_s())  # let them get into the collective
+    finally:
+        kernel.kill()
+        kernel.wait()
+    _, alive = psutil.wait_procs(ranks, timeout=10)
+    for proc in alive:
+        proc.kill()
+    assert not alive, f"ranks outlived their killed parent: {[p.pid for p in alive]}"
 
 
 # 10: two notebooks launching at once: see
