@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from .validate import flag, whole_number
+
 #: Fraction of the digits kept aside to measure accuracy.
 TEST_FRACTION = 0.2
 
@@ -79,8 +81,7 @@ def numbered(size: int) -> TensorDataset:
     >>> [int(x) for (x,) in numbered(3)]
     [0, 1, 2]
     """
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a whole number >= 1, got {size!r}")
+    whole_number("size", size, minimum=1)
     return TensorDataset(torch.arange(size))
 
 
@@ -113,10 +114,16 @@ def sampler_partition(
     from torch.utils.data.distributed import DistributedSampler
 
     dataset = numbered(size)
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-        raise ValueError(f"epoch must be a whole number >= 0, got {epoch!r}")
+    whole_number("world_size", world_size, minimum=1)
+    whole_number("epoch", epoch)
+    whole_number("seed", seed)
+    flag("shuffle", shuffle)
+    flag("drop_last", drop_last)
+    if drop_last and size < world_size:
+        raise ValueError(
+            f"with drop_last=True, {size} items on {world_size} ranks leaves every rank "
+            "nothing: use a data set at least as large as world_size, or drop_last=False"
+        )
     partition = []
     for rank in range(world_size):
         sampler = DistributedSampler(

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .validate import whole_number
+
 #: Processes started on a CPU-only machine unless told otherwise.
 DEFAULT_CPU_WORLD_SIZE = 2
 
@@ -105,7 +107,10 @@ def device_for(rank: int, device_type: str | None = None) -> torch.device:
     >>> device_for(1, "cuda")
     device(type='cuda', index=1)
     """
+    whole_number("rank", rank)
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device_type not in ("cuda", "cpu"):
+        raise ValueError(f"device_type must be 'cuda' or 'cpu', got {device_type!r}")
     if device_type == "cuda":
         return torch.device("cuda", rank)
     return torch.device("cpu")

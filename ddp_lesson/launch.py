@@ -48,6 +48,7 @@ import torch.distributed as dist
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
 from . import devices, reports
+from .validate import whole_number
 
 #: Seconds between the polite stop (SIGTERM) and the forced one (SIGKILL).
 STOP_GRACE_S = 2.0
@@ -222,6 +223,8 @@ class Run:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
             raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.timeout_s = timeout_s
+        if threads_per_rank is not None:
+            whole_number("threads_per_rank", threads_per_rank, minimum=1)
         self.threads = threads_per_rank or devices.threads_per_rank(self.world_size)
         self.port: int = 0
         self.reports: list[dict] = []

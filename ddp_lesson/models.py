@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .validate import whole_number
+
 
 class NeuralNetwork(nn.Module):
     """A multilayer perceptron: 64 inputs, two hidden layers of 512, 10 outputs.
@@ -22,6 +24,8 @@ class NeuralNetwork(nn.Module):
     """
 
     def __init__(self, in_features: int = 64, hidden: int = 512, classes: int = 10):
+        for name, value in (("in_features", in_features), ("hidden", hidden), ("classes", classes)):
+            whole_number(name, value, minimum=1)
         super().__init__()
         self.flatten = nn.Flatten()
         self.linear_relu_stack = nn.Sequential(

@@ -14,6 +14,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from .data import padding_of
+from .validate import rows_of_mappings, whole_number
 
 #: One colour per rank, used by every picture of the course.
 RANK_COLOURS = plt.get_cmap("tab10").colors
@@ -32,6 +33,17 @@ def partition_picture(partition: Sequence[Sequence[int]], size: int, title: str 
         size: items in the data set.
         title: the figure's title.
     """
+    whole_number("size", size, minimum=1)
+    if not partition or isinstance(partition, str):
+        raise ValueError("partition must be a list with one list of indices per rank")
+    for rank, indices in enumerate(partition):
+        bad = [
+            i for i in indices if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < size
+        ]
+        if bad:
+            raise ValueError(
+                f"rank {rank}'s indices must be whole numbers from 0 to {size - 1}, got {bad}"
+            )
     world_size = len(partition)
     marks = padding_of([list(p) for p in partition], size)
     fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * size + 1.2), 0.55 * world_size + 1.1))
@@ -69,6 +81,10 @@ def partition_picture(partition: Sequence[Sequence[int]], size: int, title: str 
 
 def loss_curves(reports: Sequence[Mapping], key: str = "losses") -> Figure:
     """Plot each rank's mean training loss per epoch from its report."""
+    reports = rows_of_mappings("reports", reports)
+    missing = [r.get("rank") for r in reports if key not in r or "rank" not in r]
+    if not reports or missing:
+        raise ValueError(f"every report needs 'rank' and {key!r}; these ranks lack them: {missing}")
     fig, ax = plt.subplots(figsize=(5, 3))
     for report in reports:
         values = list(report[key])
@@ -91,6 +107,12 @@ def gradient_picture(
     reports: Sequence[Mapping], before: str = "own_grad", after: str = "synced_grad"
 ) -> Figure:
     """Plot the first gradient entries of every rank, before and after DDP's all-reduce."""
+    reports = rows_of_mappings("reports", reports)
+    missing = [r.get("rank") for r in reports if before not in r or after not in r]
+    if not reports or missing:
+        raise ValueError(
+            f"every report needs {before!r} and {after!r}; these ranks lack them: {missing}"
+        )
     fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharey=True)
     for ax, key, title in (
         (axes[0], before, "own batch only (no_sync)"),

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from .validate import rows_of_mappings, whole_number
+
 #: Set by :func:`ddp_lesson.launch.bounded` for the processes it supervises.
 REPORT_DIR_ENV = "DDP_LESSON_REPORT_DIR"
 
@@ -29,7 +31,8 @@ def send_report(rank: int, **fields: object) -> None:
         rank: the rank of the calling process.
         **fields: what to report, e.g. ``device="cpu"``.
     """
-    report = {"rank": int(rank), **fields}
+    whole_number("rank", rank)
+    report = {"rank": rank, **fields}
     folder = os.environ.get(REPORT_DIR_ENV)
     if not folder:
         print(f"[rank {rank}]", {k: v for k, v in report.items() if k != "rank"})
@@ -72,6 +75,10 @@ def table(rows: Iterable[Mapping], columns: Sequence[str], *, digits: int = 4) -
        1  0.1235
        0  -
     """
+    rows = rows_of_mappings("rows", rows)
+    if isinstance(columns, str) or not columns:
+        raise TypeError(f"columns must be a non-empty list of keys, e.g. ['rank'], got {columns!r}")
+    whole_number("digits", digits)
     cells = [[_cell(r[c], digits) if c in r else "-" for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
 
@@ -94,4 +101,10 @@ def max_abs_difference(tensors: Sequence[torch.Tensor]) -> float:
     if len(tensors) < 2:
         return 0.0
     first = tensors[0]
+    for other in tensors[1:]:
+        if other.shape != first.shape:
+            raise ValueError(
+                f"tensors must all have the same shape to compare, got {tuple(first.shape)} "
+                f"and {tuple(other.shape)}"
+            )
     return max(float((t - first).abs().max()) for t in tensors[1:])

@@ -1,0 +1,49 @@
+"""Argument checks shared by the public helpers: one clear message per mistake."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+def whole_number(name: str, value: object, minimum: int = 0) -> int:
+    """Return ``value`` if it is an int of at least ``minimum``; otherwise explain.
+
+    Raises:
+        TypeError: not a whole number (``bool`` and ``float`` included).
+        ValueError: below ``minimum``.
+
+    >>> whole_number("epoch", 3)
+    3
+    >>> whole_number("size", 0, minimum=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: size must be a whole number >= 1, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"{name} must be a whole number >= {minimum}, got {value!r} ({type(value).__name__})"
+        )
+    if value < minimum:
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value}")
+    return value
+
+
+def flag(name: str, value: object) -> bool:
+    """Return ``value`` if it is ``True`` or ``False``; otherwise explain."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def rows_of_mappings(name: str, rows: object) -> list[Mapping]:
+    """Return ``rows`` as a list if every item is a mapping (a dict); otherwise explain."""
+    if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, (Sequence, list, tuple)):
+        try:
+            rows = list(rows)  # any other iterable of dicts is fine
+        except TypeError:
+            raise TypeError(f"{name} must be a list of dicts, got {type(rows).__name__}") from None
+    rows = list(rows)
+    for row in rows:
+        if not isinstance(row, Mapping):
+            raise TypeError(f"{name} must be a list of dicts, but one item is {row!r}")
+    return rows
