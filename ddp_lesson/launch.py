@@ -130,6 +130,30 @@ class LaunchTimeout(LaunchError):
     """A supervised launch ran past its deadline and its ranks were stopped."""
 
 
+def _show_launch_error(shell, etype, evalue, tb, tb_offset=None) -> list[str]:
+    """Show a LaunchError in a notebook as its message alone.
+
+    The message already names the rank, the error and the worker's line;
+    the frames inside this module would only bury it.
+    """
+    lines = [f"\x1b[31m{etype.__name__}\x1b[0m: {evalue}"]
+    shell._showtraceback(etype, evalue, lines)
+    return lines
+
+
+def _install_short_errors() -> None:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "set_custom_exc"):
+        shell.set_custom_exc((LaunchError,), _show_launch_error)
+
+
+_install_short_errors()
+
+
 def _is_helper(proc: psutil.Process) -> bool:
     """True for multiprocessing's resource tracker, which lives as long as the kernel."""
     try:

@@ -106,7 +106,12 @@ def loss_curves(reports: Sequence[Mapping], key: str = "losses") -> Figure:
 def gradient_picture(
     reports: Sequence[Mapping], before: str = "own_grad", after: str = "synced_grad"
 ) -> Figure:
-    """Plot the first gradient entries of every rank, before and after DDP's all-reduce."""
+    """Plot every rank's output-layer bias gradient, before and after DDP's all-reduce.
+
+    The last ten entries of a flattened ``NeuralNetwork`` gradient belong to
+    the output layer's bias, one per digit class: small enough to read, and
+    never zero, unlike the first layer's weights for the blank image border.
+    """
     reports = rows_of_mappings("reports", reports)
     missing = [r.get("rank") for r in reports if before not in r or after not in r]
     if not reports or missing:
@@ -114,24 +119,24 @@ def gradient_picture(
             f"every report needs {before!r} and {after!r}; these ranks lack them: {missing}"
         )
     fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharey=True)
-    for ax, key, title in (
-        (axes[0], before, "own batch only (no_sync)"),
-        (axes[1], after, "after DDP's all-reduce"),
-    ):
-        for report in reports:
-            values = report[key][:40].numpy()
-            ax.plot(
+    width = 0.8 / len(reports)
+    titles = ((before, "own batch only (no_sync)"), (after, "after DDP's all-reduce"))
+    for ax, (key, title) in zip(axes, titles, strict=True):
+        for n, report in enumerate(reports):
+            values = report[key][-10:].numpy()
+            ax.bar(
+                np.arange(10) + n * width - 0.4 + width / 2,
                 values,
-                marker=".",
-                linestyle="-",
+                width,
                 color=RANK_COLOURS[report["rank"] % 10],
                 label=f"rank {report['rank']}",
-                alpha=0.8,
             )
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.set_xticks(range(10))
         ax.set_title(title)
-        ax.set_xlabel("gradient entry (first 40 of the first layer)")
-    axes[0].set_ylabel("gradient value")
-    axes[1].legend()
+        ax.set_xlabel("digit class (output-layer bias)")
+    axes[0].set_ylabel("gradient")
+    axes[1].legend(loc="lower right")
     fig.tight_layout()
     plt.close(fig)
     return fig
