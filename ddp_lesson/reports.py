@@ -9,6 +9,7 @@ reads every rank's report and prints one table sorted by rank.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -18,6 +19,32 @@ from .validate import rows_of_mappings, whole_number
 
 #: Set by :func:`ddp_lesson.launch.bounded` for the processes it supervises.
 REPORT_DIR_ENV = "DDP_LESSON_REPORT_DIR"
+
+
+def _die_with_parent() -> None:
+    """Stop this rank as soon as the process that launched it is gone.
+
+    torch.multiprocessing asks Linux for SIGINT on parent death, which does
+    nothing in a process that ignores SIGINT (anything started in the
+    background inherits that). A kernel that is killed or restarted mid-launch
+    must not leave ranks behind, so a supervised rank also watches its parent
+    from a small daemon thread.
+    """
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="ddp-lesson-parent-watch", daemon=True).start()
+
+
+if os.environ.get(REPORT_DIR_ENV):  # only in ranks started by launch.bounded
+    _die_with_parent()
 
 
 def send_report(rank: int, **fields: object) -> None:

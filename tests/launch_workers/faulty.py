@@ -8,6 +8,8 @@ from datetime import timedelta
 import torch
 from torch.distributed import all_reduce, init_process_group
 
+import ddp_lesson.reports  # noqa: F401  (what every lesson worker imports)
+
 
 def _join(rank, world_size, port, timeout_s=60):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
