@@ -26,6 +26,15 @@ def load_file(path: str) -> ModuleType:
     return module
 
 
+def _join_group(rank: int, world_size: int, port: int) -> None:
+    """Join the launch's group the way the lesson's ddp_setup does (NCCL on GPUs, else gloo)."""
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+
+
 def report_rank(rank: int, world_size: int, port: int) -> None:
     """Report this process's rank, the world size it was given, and its pid."""
     send_report(rank, world_size=world_size, pid=os.getpid())
@@ -59,8 +68,7 @@ def sampler(rank: int, world_size: int, port: int, path: str, size: int, epochs:
     from .data import numbered
 
     worker = load_file(path)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    _join_group(rank, world_size, port)
     try:
         train_loader = worker.make_loader(numbered(size))
         orders = worker.epoch_orders(train_loader, epochs)
@@ -82,10 +90,7 @@ def model_wrap(rank: int, world_size: int, port: int, path: str) -> None:
     from .models import NeuralNetwork, flat_gradients, flat_parameters
 
     worker = load_file(path)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group(
-        "nccl" if torch.cuda.is_available() else "gloo", rank=rank, world_size=world_size
-    )
+    _join_group(rank, world_size, port)
     try:
         torch.manual_seed(rank)  # every rank starts from different weights
         device = device_for(rank)
