@@ -319,6 +319,8 @@ class Run:
 
     # -- when it ends ----------------------------------------------------------
     def _cleanup(self) -> None:
+        # read before ``running`` turns False, so a progress view sees the last values
+        self._last_progress = reports.read_progress(self._dir)
         self._done.set()
         self._watcher.join()
         leftovers = self._new_children()
@@ -437,6 +439,22 @@ class Run:
             "were not told where to meet (MASTER_PORT must be run.port). Check that every "
             "rank runs the same collectives and that nprocs=world_size."
         )
+
+    @property
+    def running(self) -> bool:
+        """True between entering the ``with`` block and leaving it."""
+        return hasattr(self, "_t0") and not self._done.is_set()
+
+    def progress(self) -> dict[int, tuple[int, int]]:
+        """What each rank last sent with :func:`reports.send_progress`, while the block runs.
+
+        Returns ``{rank: (done, total)}``: empty before any rank reported;
+        after the block ended, the last values the ranks sent.
+        """
+        folder = getattr(self, "_dir", None)
+        if not self.running or folder is None:
+            return dict(getattr(self, "_last_progress", {}))
+        return reports.read_progress(folder)
 
     def summary(self, columns: Sequence[str], *, digits: int = 4) -> str:
         """The ranks' reports as a table sorted by rank (see :func:`reports.table`)."""

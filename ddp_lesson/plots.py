@@ -140,3 +140,37 @@ def gradient_picture(
     fig.tight_layout()
     plt.close(fig)
     return fig
+
+
+def sync_picture(report: Mapping) -> Figure:
+    """Plot how far apart the ranks were, step by step, with DDP and without it.
+
+    Args:
+        report: one rank's report from :func:`ddp_lesson.probes.sync_check`
+            (the differences it holds were measured across all ranks).
+    """
+    keys = ("own_gap", "synced_gap", "plain_gap", "ddp_param_gap", "plain_param_gap")
+    missing = [k for k in keys if k not in report]
+    if missing:
+        raise ValueError(f"the report needs {missing}: pass a report sent by probes.sync_check")
+    steps = np.arange(1, len(report["synced_gap"]) + 1)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3))
+    lines = (
+        (axes[0], "own_gap", "DDP model, own batch only (no_sync)", "tab:orange", "s"),
+        (axes[0], "synced_gap", "DDP model, after all-reduce", "tab:green", "o"),
+        (axes[0], "plain_gap", "unwrapped model", "tab:red", "x"),
+        (axes[1], "ddp_param_gap", "wrapped in DDP", "tab:green", "o"),
+        (axes[1], "plain_param_gap", "unwrapped", "tab:red", "x"),
+    )
+    for ax, key, label, colour, marker in lines:
+        ax.plot(steps, report[key], marker=marker, color=colour, label=label)
+    axes[0].set_title("gradients: largest difference between ranks")
+    axes[1].set_title("parameters after the step")
+    for ax in axes:
+        ax.set_xlabel("training step")
+        ax.set_xticks(steps)
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig

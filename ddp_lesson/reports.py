@@ -70,6 +70,42 @@ def send_report(rank: int, **fields: object) -> None:
     os.replace(partial, path)  # the parent never sees half a report
 
 
+def send_progress(rank: int, done: int, total: int) -> None:
+    """Tell the launching notebook how far this rank has got (e.g. epochs done).
+
+    The notebook can show it while ``mp.spawn`` is still running (see
+    :func:`ddp_lesson.widgets.progress`). Outside a supervised launch it does
+    nothing, so a worker run as a script stays quiet.
+
+    Args:
+        rank: the rank of the calling process.
+        done: steps (or epochs) finished so far.
+        total: steps (or epochs) this rank will do in all.
+    """
+    whole_number("rank", rank)
+    whole_number("done", done)
+    whole_number("total", total, minimum=1)
+    folder = os.environ.get(REPORT_DIR_ENV)
+    if not folder:
+        return
+    path = Path(folder) / f"progress_{int(rank):04d}.txt"
+    partial = path.with_suffix(".partial")
+    partial.write_text(f"{done} {total}")
+    os.replace(partial, path)
+
+
+def read_progress(folder: str | os.PathLike) -> dict[int, tuple[int, int]]:
+    """Read what :func:`send_progress` last wrote for each rank: ``{rank: (done, total)}``."""
+    found = {}
+    for path in Path(folder).glob("progress_*.txt"):
+        try:
+            done, total = (int(v) for v in path.read_text().split())
+        except (OSError, ValueError):
+            continue  # replaced or removed while reading: the next poll sees it
+        found[int(path.stem.split("_")[1])] = (done, total)
+    return dict(sorted(found.items()))
+
+
 def collect(folder: str | os.PathLike) -> list[dict]:
     """Read every rank's report from ``folder``, sorted by rank."""
     reports = [torch.load(p, weights_only=True) for p in sorted(Path(folder).glob("rank_*.pt"))]
