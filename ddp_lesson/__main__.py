@@ -1,4 +1,4 @@
-"""Command line: ``python -m ddp_lesson doctor PATH [--world-size N] [--timeout S] [--json] [-- ARGS...]``."""
+"""Command line: ``python -m ddp_lesson doctor PATH [--world-size N] [--timeout S] [--json]``."""
 
 from __future__ import annotations
 

@@ -378,8 +378,9 @@ def _judge_model(found, fine, ranks) -> None:
     wrapped = [r for r in ranks if r["ddp"]]
     for r in wrapped:
         if r["ddp"][0]["error"]:
+            refused = r["ddp"][0]
             found.append(
-                Finding("model_wrapping", f"DDP refused: {r['ddp'][0]['error']}", r["ddp"][0]["line"])
+                Finding("model_wrapping", f"DDP refused: {refused['error']}", refused["line"])
             )
             return
     ids = [tuple(r["ddp"][0]["device_ids"] or ()) for r in wrapped]
@@ -430,7 +431,9 @@ def _judge_model(found, fine, ranks) -> None:
         )
     elif wrapped:
         where = sorted({str(_device_of(r) or r["ddp"][0]["module_device"]) for r in wrapped})
-        fine["model_wrapping"] = f"DDP wrapped the model on {len(wrapped)} ranks ({', '.join(where)})"
+        fine["model_wrapping"] = (
+            f"DDP wrapped the model on {len(wrapped)} ranks ({', '.join(where)})"
+        )
         if stepped:
             fine["model_wrapping"] += (
                 f"; parameters identical on every rank after {steps} step(s)"
@@ -464,7 +467,7 @@ def _why_not_run(ranks: list[dict], script: dict | None, error, world_size: int)
     if failed:
         e = failed[0]["error"]
         at = f" at line {e['line']}" if e["line"] else ""
-        return f"rank {failed[0]['rank']} raised {e['type']}: {e['message']}{at}"
+        return f"a rank raised {e['type']}{at}"
     if isinstance(error, launch.LaunchTimeout):
         return "the run did not finish within its deadline and was stopped"
     if script is not None and not script.get("spawns"):
@@ -612,7 +615,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("path", help="a script whose __main__ calls mp.spawn, or a worker file")
     parser.epilog = "ARGS after -- go to main after world_size (a worker file) or to the script."
-    parser.add_argument("--world-size", default=None, help="processes to run (default: the course's)")
+    parser.add_argument("--world-size", default=None, help="processes (default: the course's)")
     parser.add_argument("--timeout", default=str(TIMEOUT_S), help="deadline in seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -177,7 +177,7 @@ def _place(module: nn.Module, asked: str | None, line: int | None) -> None:
 
 
 def _install_cpu_stand_ins() -> None:
-    tensor_to, module_to, module_cuda = torch.Tensor.to, nn.Module.to, nn.Module.cuda
+    tensor_to, module_to = torch.Tensor.to, nn.Module.to
 
     def tensor_to_cpu(self, *args, **kwargs):
         args, kwargs, _ = _to_cpu(args, kwargs)
@@ -238,6 +238,14 @@ def _store() -> dist.TCPStore:
 
 def _init_process_group(*args, **kwargs):
     record = _state["record"]
+    if dist.is_initialized() and record["init"]:
+        _stop(
+            "teardown",
+            f"init_process_group was called again while the group from line "
+            f"{record['init']['line']} was still up: nothing destroyed it in between "
+            "(torch refuses a second default group); call destroy_process_group() "
+            "when each run ends",
+        )
     bound = inspect.signature(_original["init_process_group"]).bind_partial(*args, **kwargs)
     given = bound.arguments
     rank = given.get("rank", -1)
@@ -292,7 +300,8 @@ def _mark_done() -> None:
     record = _state["record"]
     if record["claimed_rank"] is not None and _state.get("store") is not None:
         try:
-            _state["store"].set(f"doctor/done/{record['claimed_rank']}", str(len(record["collectives"])))
+            done = str(len(record["collectives"]))
+            _state["store"].set(f"doctor/done/{record['claimed_rank']}", done)
         except Exception:  # the store may be gone at the very end
             pass
 
@@ -582,7 +591,7 @@ def rank_entry(index: int, fn: Callable, *args) -> None:
 
 
 def run_worker(index: int, world_size: int, path: str, args: tuple) -> None:
-    """What each process runs for a worker file: load it, then call ``main(rank, world_size, *args)``."""
+    """What each process runs for a worker file: load it, call ``main(rank, world_size, *args)``."""
     from .probes import load_file
 
     install(index)

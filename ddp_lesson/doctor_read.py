@@ -312,7 +312,8 @@ def _read_group(reading: Reading, tree: ast.Module) -> None:
 def _loop_source(loop: ast.For) -> ast.expr:
     """What a for loop iterates, seen through enumerate(...), tqdm(...) and friends."""
     it = loop.iter
-    while isinstance(it, ast.Call) and _name(it) in ("enumerate", "tqdm", "zip", "iter") and it.args:
+    wrappers = ("enumerate", "tqdm", "zip", "iter")
+    while isinstance(it, ast.Call) and _name(it) in wrappers and it.args:
         it = it.args[0]
     return it
 
@@ -390,7 +391,7 @@ def _read_data(reading: Reading, tree: ast.Module, functions) -> None:
 
 
 def _constant_device(expr: ast.expr | None) -> str | None:
-    """``"cuda:0"`` for a device written as a constant GPU (0, "cuda:1", torch.device("cuda", 0))."""
+    """``"cuda:0"`` for a device that is a constant GPU (0, "cuda:1", torch.device("cuda", 0))."""
     if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(
         expr.value, bool
     ):
@@ -398,6 +399,8 @@ def _constant_device(expr: ast.expr | None) -> str | None:
     if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
         if expr.value.startswith("cuda:"):
             return expr.value
+    if isinstance(expr, ast.Call) and _name(expr) == "device_for" and expr.args:
+        return _constant_device(expr.args[0])  # the course's helper: device_for(0)
     if isinstance(expr, ast.Call) and _name(expr) == "device" and expr.args:
         parts = [a.value for a in expr.args if isinstance(a, ast.Constant)]
         if len(parts) == len(expr.args):
@@ -425,16 +428,19 @@ def _read_model(reading: Reading, tree: ast.Module, functions) -> None:
         calls = [n for n in ast.walk(owner) if isinstance(n, ast.Call)]
         for node in sorted(calls, key=lambda n: n.lineno):
             if _name(node) in ("to", "cuda") and node.args and not fixed:
-                device = _constant_device(scope.resolve(node.args[0], node.lineno))
+                given = node.args[0]
+                device = _constant_device(scope.resolve(given, node.lineno))
                 if device:
                     fixed = True
+                    chosen = isinstance(given, ast.Name) and scope.line_of(given.id, node.lineno)
                     reading.findings.append(
                         Finding(
                             "model_wrapping",
-                            f"{ast.unparse(node)} puts this on {device} in every process: "
-                            "the device must follow the rank (model.to(rank), or "
+                            f"{ast.unparse(node)} puts this on {device} in every process"
+                            + (f" ({given.id} is chosen at line {chosen})" if chosen else "")
+                            + ": the device must follow the rank (model.to(rank), or "
                             "torch.device('cuda', rank))",
-                            node.lineno,
+                            chosen or node.lineno,
                         )
                     )
         for opt in optimizers:

@@ -1,4 +1,4 @@
-"""Planted fault: the evaluation loader's DistributedSampler pads 359 test items with a duplicate (data division)."""
+"""Planted fault: the evaluation loader pads 359 test items with a duplicate (data division)."""
 import os
 
 import torch

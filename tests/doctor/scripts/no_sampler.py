@@ -29,7 +29,7 @@ def main(rank, world_size, epochs):
     model = NeuralNetwork().to(device)
     model = DDP(model, device_ids=[rank] if gpu else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(epochs):
+    for _ in range(epochs):
         for features, labels in train_loader:
             features, labels = features.to(device), labels.to(device)
             loss = F.cross_entropy(model(features), labels)

@@ -22,8 +22,6 @@ def ddp_setup(rank, world_size):
 
 def main(rank, world_size, epochs):
     ddp_setup(rank, world_size)
-    gpu = torch.cuda.is_available()
-    device = torch.device("cuda", rank) if gpu else torch.device("cpu")
     torch.manual_seed(0)
     train_dataset = digits("train")
     train_loader = DataLoader(
