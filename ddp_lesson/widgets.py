@@ -194,11 +194,17 @@ class _View:
         raise NotImplementedError
 
     # shared behaviour
+    #: Show the controls above the renderings (a quiz shows its question first).
+    controls_first = True
+
     def _ipython_display_(self) -> None:
         bundle = self.box._repr_mimebundle_()
         bundle["text/plain"] = self._label()
-        display(bundle, raw=True)
+        if self.controls_first:
+            display(bundle, raw=True)
         self._handles.append([display(obj, display_id=True) for obj in self._renderings()])
+        if not self.controls_first:
+            display(bundle, raw=True)
 
     def _publish(self) -> None:
         """Replace every rendering this view has shown with the current one."""
@@ -245,7 +251,9 @@ class RankAssignment(_View):
         self.reported: list[dict] = []
         self.control = _number_box("world_size", start, "world size")
         self.control.observe(self._changed, names="value")
-        self.launch_button = ipw.Button(description="launch for real", icon="play")
+        self.launch_button = ipw.Button(
+            description="launch for real", icon="play", layout=ipw.Layout(width="auto")
+        )
         self.launch_button.add_class("ddp-launch")
         self.launch_button.on_click(lambda _: self._launch_clicked())
         self.bars = ProgressBars()
@@ -471,7 +479,9 @@ class SamplerExplorer(_View):
         self._compute()
         for control in self.controls.values():
             control.observe(self._changed, names="value")
-        self.verify_button = ipw.Button(description="verify with a real launch", icon="check")
+        self.verify_button = ipw.Button(
+            description="verify with a real launch", icon="check", layout=ipw.Layout(width="auto")
+        )
         self.verify_button.add_class("ddp-verify")
         self.verify_button.on_click(lambda _: self._verify_clicked())
         self.bars = ProgressBars()
@@ -544,6 +554,7 @@ class SamplerExplorer(_View):
             self._say(str(error), error=True)
             return
         self._say("")
+        self.bars.box.children = ()  # they showed a launch with other settings
         self._compute()
         self._publish()
 
@@ -651,7 +662,9 @@ class GradientSync(_View):
         self.reports: list[dict] = []
         for control in self.controls.values():
             control.observe(self._changed, names="value")
-        self.run_button = ipw.Button(description="train and compare", icon="play")
+        self.run_button = ipw.Button(
+            description="train and compare", icon="play", layout=ipw.Layout(width="auto")
+        )
         self.run_button.add_class("ddp-run")
         self.run_button.on_click(lambda _: self._run_clicked())
         self.bars = ProgressBars()
@@ -773,6 +786,7 @@ class Quiz(_View):
     """
 
     LETTERS = "ABCDEFGH"
+    controls_first = False
 
     def __init__(
         self,
@@ -791,8 +805,11 @@ class Quiz(_View):
             raise ValueError(f"answer must be the index of the right choice (0-{len(choices) - 1})")
         self.question, self.choices, self.answer = question, list(choices), answer
         self.explanation, self.hints = explanation, dict(hints or {})
-        self.picker = ipw.RadioButtons(
-            options=list(self.LETTERS[: len(choices)]), value=None, description="your answer:"
+        self.picker = ipw.ToggleButtons(
+            options=list(self.LETTERS[: len(choices)]),
+            value=None,
+            description="your answer:",
+            style={"button_width": "3em", "description_width": "initial"},
         )
         self.picker.add_class("ddp-quiz-choice")
         self.check_button = ipw.Button(description="check")
