@@ -2,8 +2,9 @@
 
 ``devices`` (the device policy), ``launch`` (bounded launches around
 ``mp.spawn``), ``reports`` (what ranks send back), ``data``, ``models``,
-``plots``, ``checks`` (the exercises' checks) and ``exercises`` (generates
-``exercises/`` from ``solutions/``).
+``plots``, ``widgets`` (interactive views of real runs), ``checks`` (the
+exercises' checks), ``doctor`` (diagnoses a learner's DDP script) and
+``exercises`` (generates ``exercises/`` from ``solutions/``).
 
 Submodules load on first use, so a rank that only needs ``reports`` does not
 pay for importing matplotlib.
@@ -11,7 +12,18 @@ pay for importing matplotlib.
 
 import importlib
 
-__all__ = ["checks", "data", "devices", "exercises", "launch", "models", "plots", "reports"]
+__all__ = [
+    "checks",
+    "data",
+    "devices",
+    "doctor",
+    "exercises",
+    "launch",
+    "models",
+    "plots",
+    "reports",
+    "widgets",
+]
 
 
 def __getattr__(name: str):
