@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to start as root (containers, some cloud machines) unless told.
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test install lint exercises notebooks soak clean
+.PHONY: lab test install lint exercises notebooks soak bench clean
 
 lab: $(STAMP)  ## open the course in JupyterLab (listens on 127.0.0.1 only)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. $(LAB_ROOT) $(LAB_ARGS) \
@@ -30,6 +30,9 @@ install: $(STAMP)
 soak: $(STAMP)  ## 200 launches of the lesson's training worker in a row; all must tear down cleanly
 	DDP_LESSON_TEARDOWN_RUNS=200 $(BIN)/python -m pytest -o addopts="-p no:cacheprovider" \
 	  tests/test_teardown.py -v -s
+
+bench: $(STAMP)  ## DDP speed on this machine: a table per measurement and bench/results/bench.png
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 notebooks: $(STAMP)  ## re-run the lessons and save their outputs (what nbval compares)
 	for dir in notebooks solutions; do (cd $$dir && ../$(BIN)/jupyter nbconvert --to notebook \

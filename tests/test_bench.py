@@ -1,0 +1,122 @@
+"""The measurement code behind `make bench` and notebook 10, run small and for real.
+
+No test here asserts how long anything took: these machines are shared and
+noisy. They check that the numbers come from real launches, have the
+structure the tables and pictures need, and are consistent with each other.
+"""
+
+import pytest
+import torch
+
+from ddp_lesson import bench, data, launch
+
+
+def test_digits_shifted_is_nine_labelled_copies_of_the_digits():
+    train = data.digits("train")
+    shifted = data.digits_shifted("train")
+    features, labels = shifted.tensors
+    assert len(shifted) == 9 * len(train)
+    assert torch.equal(labels, train.tensors[1].repeat(9))
+    assert torch.equal(features[: len(train)], train.tensors[0])
+    # each copy moves the image by one pixel: no pixel value is invented
+    assert features.min() >= 0 and features.max() <= 1
+    assert len({tuple(features[i * len(train)].tolist()) for i in range(9)}) == 9
+
+
+def test_trial_labels_name_what_differs_from_the_default():
+    assert bench.Trial().label == "batch 1024"
+    trial = bench.Trial(256, bucket_cap_mb=0.25, bucket_view=True, sync_every=4)
+    assert trial.label == "batch 256, bucket 0.25 MB, bucket view, sync every 4"
+
+
+def test_speedups_divide_by_the_baseline_of_the_same_trial():
+    rows = [
+        {"setup": "one", "trial": "a", "world_size": 1, "samples_per_s": 10.0},
+        {"setup": "one", "trial": "b", "world_size": 1, "samples_per_s": 20.0},
+        {"setup": "two", "trial": "a", "world_size": 2, "samples_per_s": 15.0},
+        {"setup": "two", "trial": "b", "world_size": 2, "samples_per_s": 40.0},
+    ]
+    out = {(r["setup"], r["trial"]): r for r in bench.speedups(rows, "one")}
+    assert out[("two", "a")]["speedup"] == pytest.approx(1.5)
+    assert out[("two", "b")]["efficiency"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="choose one of"):
+        bench.speedups(rows, "three")
+
+
+def test_summarise_needs_values():
+    with pytest.raises(ValueError, match="at least one value"):
+        bench.summarise([])
+
+
+def test_a_batch_that_does_not_split_over_the_ranks_is_refused():
+    setup = bench.Setup("DDP world 2", 2, 1)
+    with pytest.raises(ValueError, match="multiple of the world size"):
+        bench.training([setup], [bench.Trial(33)])
+
+
+def _consistent(row):
+    assert 0 < row["min"] <= row["samples_per_s"] <= row["max"]
+    assert row["step_ms"] > 0
+
+
+def test_training_times_real_launches_of_every_setup(no_leftovers):
+    setups = [bench.Setup("one process", 1, 1, ddp=False), bench.Setup("DDP world 2", 2, 1)]
+    trials = [bench.Trial(64), bench.Trial(64, sync_every=2), bench.Trial(64, bucket_view=True)]
+    rows = bench.training(
+        setups, trials, repeats=1, windows=2, samples_per_window=128, timeout_s=120
+    )
+    assert [(r["setup"], r["trial"]) for r in rows] == [
+        (s.label, t.label) for s in setups for t in trials
+    ]
+    for row in rows:
+        _consistent(row)
+        assert row["windows"] == 2
+        assert row["threads"] == 1  # what the ranks reported, as the setup asked
+    ratios = bench.speedups(rows, "one process")
+    assert {r["speedup"] for r in ratios if r["setup"] == "one process"} == {1.0}
+    assert all(r["speedup"] > 0 for r in ratios)
+
+
+def test_allreduce_rows_are_ordered_by_size_and_consistent(no_leftovers):
+    rows = bench.allreduce([4096, 262144], world_size=2, repeats=3, timeout_s=120)
+    assert [r["size"] for r in rows] == ["4 KB", "256 KB"]
+    for row in rows:
+        assert 0 < row["min_ms"] <= row["ms"] <= row["max_ms"]
+        assert row["MB_per_s"] == pytest.approx(row["bytes"] / 1e6 / (row["ms"] / 1000))
+
+
+def test_startup_stages_add_up_to_the_whole_launch(no_leftovers):
+    rows = bench.startup(2, repeats=1, timeout_s=120)
+    assert [r["stage"] for r in rows] == [*bench.STAGES, "total"]
+    stages, total = rows[:-1], rows[-1]
+    # one launch: the median is the value; the stages share their boundaries
+    assert sum(r["median"] for r in stages) == pytest.approx(total["median"])
+    assert all(r["median"] >= 0 for r in stages)
+
+
+def test_pictures_draw_what_they_are_given():
+    rows = [
+        {"setup": s, "batch": b, "samples_per_s": v, "min": v - 1, "max": v + 1}
+        for s, v in (("DDP world 1", 10.0), ("DDP world 2", 18.0))
+        for b in (64, 256)
+    ]
+    fig = bench.throughput_picture(rows)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+        "DDP world 1",
+        "DDP world 2",
+    ]
+    wires = [
+        {"bytes": 4096, "size": "4 KB", "ms": 0.1, "min_ms": 0.05, "max_ms": 0.2},
+        {"bytes": 65536, "size": "64 KB", "ms": 0.3, "min_ms": 0.2, "max_ms": 0.5},
+    ]
+    assert len(bench.allreduce_picture(wires).axes) == 1
+    stages = [{"stage": s, "median": 1.0, "min": 0.5, "max": 2.0} for s in bench.STAGES]
+    labels = [t.get_text() for t in bench.startup_picture(stages).axes[0].get_yticklabels()]
+    assert labels == list(bench.STAGES)
+
+
+def test_a_failing_launch_still_leaves_nothing_running(no_leftovers):
+    setup = bench.Setup("DDP world 2", 2, 1)
+    with pytest.raises(launch.LaunchTimeout):
+        # far too many samples for the deadline: stopped, not hung
+        bench.training([setup], [bench.Trial(64)], samples_per_window=10**9, timeout_s=8)
