@@ -34,7 +34,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import devices, doctor_probe, launch, reports
 from .doctor_read import STAGES, Finding, Reading, read
 
 OK, FAULT, NOT_CHECKED = "OK", "FAULT", "NOT CHECKED"
@@ -175,6 +174,8 @@ def _run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) ->
     import torch
     import torch.multiprocessing as mp
 
+    from . import devices, doctor_probe, launch
+
     folder = tempfile.mkdtemp(prefix="ddp-lesson-doctor-")
     path = os.path.realpath(reading.path)
     env = {
@@ -215,6 +216,8 @@ def _run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) ->
 
 
 def _collect(folder: Path) -> list[dict]:
+    from . import reports
+
     return reports.collect(folder) if folder.is_dir() else []
 
 
@@ -393,6 +396,8 @@ def _judge_model(found, fine, ranks) -> None:
                 wrapped[0]["ddp"][0]["line"],
             )
         )
+    from . import reports
+
     stepped = [r for r in ranks if r["params"] is not None]
     steps = min((len(r["steps"]) for r in stepped), default=0)
     gap = reports.max_abs_difference([r["params"] for r in stepped]) if len(stepped) > 1 else 0.0
@@ -468,7 +473,7 @@ def _why_not_run(ranks: list[dict], script: dict | None, error, world_size: int)
         e = failed[0]["error"]
         at = f" at line {e['line']}" if e["line"] else ""
         return f"a rank raised {e['type']}{at}"
-    if isinstance(error, launch.LaunchTimeout):
+    if error is not None and type(error).__name__ == "LaunchTimeout":
         return "the run did not finish within its deadline and was stopped"
     if script is not None and not script.get("spawns"):
         e = script.get("error")
@@ -579,6 +584,8 @@ def diagnose(
     reading = read(path)
     if reading.problem:
         return Diagnosis(str(path), problem=reading.problem)
+    from . import devices  # torch is imported only once the file is worth running
+
     try:
         world_size = devices.plan(world_size).world_size
     except (TypeError, ValueError) as error:

@@ -272,4 +272,5 @@ def test_read_flags_a_device_chosen_as_a_constant(tmp_path):
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         """,
     )
-    assert [(f.stage, f.line) for f in reading.findings] == [("model_wrapping", 5)]
+    # the line that chose the device owns the fix
+    assert [(f.stage, f.line) for f in reading.findings] == [("model_wrapping", 4)]
