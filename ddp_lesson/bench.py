@@ -37,6 +37,9 @@ from .validate import whole_number
 #: Global batch sizes of the batch sweep: all ranks' examples per step together.
 BATCHES = (64, 256, 1024, 4096)
 
+#: Most steps in one timing window (tiny batches take well under a millisecond).
+MAX_STEPS = 400
+
 #: All-reduce tensor sizes in bytes, 4 KB ... 64 MB.
 ALLREDUCE_BYTES = tuple(4096 * 4**i for i in range(8))
 
@@ -70,12 +73,15 @@ class Trial:
         bucket_view: DDP's ``gradient_as_bucket_view``.
         sync_every: all-reduce gradients every this many steps; the steps in
             between run under ``model.no_sync()`` and accumulate.
+        data: ``"digits_shifted"`` (12942 training images) or ``"digits"``
+            (the 1438 that notebook 06 trains on).
     """
 
     batch: int = 1024
     bucket_cap_mb: float | None = None
     bucket_view: bool = False
     sync_every: int = 1
+    data: str = "digits_shifted"
 
     @property
     def label(self) -> str:
@@ -87,24 +93,31 @@ class Trial:
             parts.append("bucket view")
         if self.sync_every > 1:
             parts.append(f"sync every {self.sync_every}")
+        if self.data != "digits_shifted":
+            parts.append(self.data)
         return ", ".join(parts)
 
 
 def default_setups(cores: int | None = None, gpus: int | None = None) -> list[Setup]:
     """The setups compared side by side: one process, DDP on 1 rank, on 2 (or every GPU).
 
-    On CPU, world 2 runs twice: with ``cores // 2`` threads per rank (what
-    the course's launches use) and with every rank using all cores (torch's
-    default, which oversubscribes the cores).
+    On CPU two more: world 1 restricted to the threads one rank of world 2
+    gets (the same resources per rank, so the comparison shows what DDP
+    itself costs), and world 2 with every rank using all cores (torch's
+    default, which oversubscribes the cores). World 2 uses ``cores // 2``
+    threads per rank, as the course's launches do.
 
     Args:
         cores: CPU cores; defaults to what this process may use.
         gpus: CUDA GPUs; defaults to ``torch.cuda.device_count()``.
 
-    >>> [s.label for s in default_setups(cores=2, gpus=0)]
-    ['one process', 'DDP world 1', 'DDP world 2', 'DDP world 2, 2 threads each']
-    >>> [(s.world_size, s.threads) for s in default_setups(cores=2, gpus=0)]
-    [(1, 2), (1, 2), (2, 1), (2, 2)]
+    >>> for setup in default_setups(cores=2, gpus=0):
+    ...     print(setup.label, setup.world_size, setup.threads)
+    one process 1 2
+    DDP world 1 1 2
+    DDP world 1, 1 thread(s) 1 1
+    DDP world 2 2 1
+    DDP world 2, 2 threads each 2 2
     >>> [s.label for s in default_setups(cores=8, gpus=4)]
     ['one process', 'DDP world 1', 'DDP world 4']
     """
@@ -113,12 +126,15 @@ def default_setups(cores: int | None = None, gpus: int | None = None) -> list[Se
     cores = usable_cores() if cores is None else cores
     gpus = torch.cuda.device_count() if gpus is None else gpus
     world = gpus if gpus > 0 else 2
+    per_rank = threads_per_rank(world, cores)
     setups = [
         Setup("one process", 1, cores, ddp=False),
         Setup("DDP world 1", 1, cores),
-        Setup(f"DDP world {world}", world, threads_per_rank(world, cores)),
     ]
-    if gpus == 0 and threads_per_rank(world, cores) < cores:
+    if gpus == 0 and per_rank < cores:
+        setups.append(Setup(f"DDP world 1, {per_rank} thread(s)", 1, per_rank))
+    setups.append(Setup(f"DDP world {world}", world, per_rank))
+    if gpus == 0 and per_rank < cores:
         setups.append(Setup(f"DDP world {world}, {cores} threads each", world, cores))
     return setups
 
@@ -151,6 +167,11 @@ def _batches(dataset, batch: int, world_size: int, rank: int):
 
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, drop_last=True)
     loader = DataLoader(dataset, batch_size=batch // world_size, sampler=sampler, drop_last=True)
+    if len(loader) == 0:
+        raise ValueError(
+            f"a global batch of {batch} is more than the {len(dataset)} examples of the "
+            "data set: pick a smaller batch or the larger data set (digits_shifted)"
+        )
     epoch = 0
     while True:
         sampler.set_epoch(epoch)
@@ -175,41 +196,61 @@ def _step(i, model, optimizer, batches, device, ddp: bool, sync_every: int) -> N
         optimizer.zero_grad()
 
 
+def _steps_per_window(work: tuple, window_s: float, sync_every: int) -> int:
+    """Time one step (every rank, the slowest counts) and say how many fill ``window_s``."""
+    import torch.distributed as dist
+
+    device = work[3]
+    _wait(device)
+    dist.barrier()
+    start = time.perf_counter()
+    for i in range(sync_every):
+        _step(i, *work)
+    _wait(device)
+    probe = torch.tensor([(time.perf_counter() - start) / sync_every], device=device)
+    dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+    steps = min(MAX_STEPS, max(2, round(window_s / max(probe.item(), 1e-6))))
+    return -(-steps // sync_every) * sync_every  # whole exchanges only
+
+
 def train_worker(
     rank: int,
     world_size: int,
     port: int,
     ddp: bool,
     trials: Sequence[Trial],
-    samples_per_window: int,
+    window_s: float,
     windows: int,
     warmup: int = 2,
 ) -> None:
     """Train with each trial in turn and report the seconds each timing window took.
 
-    Every window starts at a barrier, so all ranks start its clock together,
-    and runs ``samples_per_window // batch`` steps (at least 2).
+    Every window starts at a barrier, so all ranks start its clock together.
+    Its number of steps is chosen from one timed step after the warm-up (the
+    slowest rank's, so every rank runs the same steps): enough to fill about
+    ``window_s`` seconds, at least 2, and whole exchanges when ``sync_every``
+    is above 1.
 
     Args:
         rank, world_size, port: as ``mp.spawn`` and :func:`launch.bounded` give them.
         ddp: wrap the model in DDP (``False``: the plain single-process script).
         trials: the configurations to time, in order.
-        samples_per_window: examples (all ranks together) per timing window.
+        window_s: the length a timing window aims for, in seconds.
         windows: timing windows per trial.
         warmup: untimed steps before the first window of each trial.
     """
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from .data import digits_shifted
+    from . import data
     from .devices import ddp_device_ids
     from .models import NeuralNetwork
 
     device = _join(rank, world_size, port)
     try:
-        dataset = digits_shifted("train")
         results = []
         for trial in trials:
+            dataset = {"digits": data.digits, "digits_shifted": data.digits_shifted}[trial.data]()
             torch.manual_seed(0)
             model = NeuralNetwork().to(device)
             if ddp:
@@ -220,10 +261,10 @@ def train_worker(
             optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
             batches = _batches(dataset, trial.batch, world_size, rank)
 
-            steps = max(2, samples_per_window // trial.batch)
             work = (model, optimizer, batches, device, ddp, trial.sync_every)
             for i in range(warmup):
                 _step(i, *work)
+            steps = _steps_per_window(work, window_s, trial.sync_every)
             seconds = []
             for _ in range(windows):
                 _wait(device)
@@ -234,7 +275,7 @@ def train_worker(
                 _wait(device)
                 seconds.append(time.perf_counter() - start)
             results.append({"steps": steps, "seconds": seconds})
-            del model, optimizer, batches, work
+            del model, optimizer, batches, work, dataset
             gc.collect()
         send_report(rank, threads=torch.get_num_threads(), trials=results)
     finally:
@@ -349,7 +390,7 @@ def training(
     *,
     repeats: int = 2,
     windows: int = 3,
-    samples_per_window: int = 8192,
+    window_s: float = 0.5,
     timeout_s: float = 300,
 ) -> list[dict]:
     """Samples per second of every setup with every trial; one row each.
@@ -364,7 +405,7 @@ def training(
         trials: configurations each launch times in turn.
         repeats: launches per setup.
         windows: timing windows per trial per launch.
-        samples_per_window: examples per window (all ranks together).
+        window_s: seconds each timing window aims for.
         timeout_s: deadline of each launch.
 
     Returns:
@@ -374,9 +415,13 @@ def training(
     """
     whole_number("repeats", repeats, minimum=1)
     whole_number("windows", windows, minimum=1)
-    whole_number("samples_per_window", samples_per_window, minimum=1)
+    if not isinstance(window_s, (int, float)) or isinstance(window_s, bool) or window_s <= 0:
+        raise ValueError(f"window_s must be a positive number of seconds, got {window_s!r}")
     if not setups or not trials:
         raise ValueError("training needs at least one setup and one trial")
+    for trial in trials:
+        if trial.data not in ("digits", "digits_shifted"):
+            raise ValueError(f"data must be 'digits' or 'digits_shifted', got {trial.data!r}")
     for setup in setups:
         for trial in trials:
             if trial.batch % setup.world_size:
@@ -389,7 +434,7 @@ def training(
     threads: dict[int, int] = {}
     for _ in range(repeats):
         for s, setup in enumerate(setups):
-            args = (setup.ddp, list(trials), samples_per_window, windows)
+            args = (setup.ddp, list(trials), window_s, windows)
             reports = _launch(setup, train_worker, args, timeout_s)
             threads[s] = reports[0]["threads"]
             for t, trial in enumerate(trials):

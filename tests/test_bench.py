@@ -27,6 +27,7 @@ def test_trial_labels_name_what_differs_from_the_default():
     assert bench.Trial().label == "batch 1024"
     trial = bench.Trial(256, bucket_cap_mb=0.25, bucket_view=True, sync_every=4)
     assert trial.label == "batch 256, bucket 0.25 MB, bucket view, sync every 4"
+    assert bench.Trial(64, data="digits").label == "batch 64, digits"
 
 
 def test_speedups_divide_by_the_baseline_of_the_same_trial():
@@ -54,6 +55,17 @@ def test_a_batch_that_does_not_split_over_the_ranks_is_refused():
         bench.training([setup], [bench.Trial(33)])
 
 
+def test_unknown_data_is_refused_before_any_launch():
+    with pytest.raises(ValueError, match="'digits' or 'digits_shifted'"):
+        bench.training([bench.Setup("one", 1, 1)], [bench.Trial(64, data="mnist")])
+
+
+def test_a_batch_larger_than_the_data_set_is_named_by_the_rank(no_leftovers):
+    setup = bench.Setup("one process", 1, 1, ddp=False)
+    with pytest.raises(launch.LaunchError, match="more than the 1438 examples"):
+        bench.training([setup], [bench.Trial(4096, data="digits")], repeats=1, timeout_s=60)
+
+
 def _consistent(row):
     assert 0 < row["min"] <= row["samples_per_s"] <= row["max"]
     assert row["step_ms"] > 0
@@ -62,9 +74,7 @@ def _consistent(row):
 def test_training_times_real_launches_of_every_setup(no_leftovers):
     setups = [bench.Setup("one process", 1, 1, ddp=False), bench.Setup("DDP world 2", 2, 1)]
     trials = [bench.Trial(64), bench.Trial(64, sync_every=2), bench.Trial(64, bucket_view=True)]
-    rows = bench.training(
-        setups, trials, repeats=1, windows=2, samples_per_window=128, timeout_s=120
-    )
+    rows = bench.training(setups, trials, repeats=1, windows=2, window_s=0.05, timeout_s=120)
     assert [(r["setup"], r["trial"]) for r in rows] == [
         (s.label, t.label) for s in setups for t in trials
     ]
@@ -118,5 +128,5 @@ def test_pictures_draw_what_they_are_given():
 def test_a_failing_launch_still_leaves_nothing_running(no_leftovers):
     setup = bench.Setup("DDP world 2", 2, 1)
     with pytest.raises(launch.LaunchTimeout):
-        # far too many samples for the deadline: stopped, not hung
-        bench.training([setup], [bench.Trial(64)], samples_per_window=10**9, timeout_s=8)
+        # windows far longer than the deadline: stopped, not hung
+        bench.training([setup], [bench.Trial(4096)], window_s=1000, timeout_s=8)
