@@ -196,18 +196,25 @@ def _step(i, model, optimizer, batches, device, ddp: bool, sync_every: int) -> N
         optimizer.zero_grad()
 
 
-def _steps_per_window(work: tuple, window_s: float, sync_every: int) -> int:
-    """Time one step (every rank, the slowest counts) and say how many fill ``window_s``."""
+def _timed(work: tuple, steps: int) -> float:
+    """Seconds this rank takes for ``steps`` steps, started together with the others."""
     import torch.distributed as dist
 
     device = work[3]
     _wait(device)
     dist.barrier()
     start = time.perf_counter()
-    for i in range(sync_every):
+    for i in range(steps):
         _step(i, *work)
     _wait(device)
-    probe = torch.tensor([(time.perf_counter() - start) / sync_every], device=device)
+    return time.perf_counter() - start
+
+
+def _steps_per_window(work: tuple, window_s: float, sync_every: int) -> int:
+    """Time one step (every rank, the slowest counts) and say how many fill ``window_s``."""
+    import torch.distributed as dist
+
+    probe = torch.tensor([_timed(work, sync_every) / sync_every], device=work[3])
     dist.all_reduce(probe, op=dist.ReduceOp.MAX)
     steps = min(MAX_STEPS, max(2, round(window_s / max(probe.item(), 1e-6))))
     return -(-steps // sync_every) * sync_every  # whole exchanges only
@@ -265,15 +272,7 @@ def train_worker(
             for i in range(warmup):
                 _step(i, *work)
             steps = _steps_per_window(work, window_s, trial.sync_every)
-            seconds = []
-            for _ in range(windows):
-                _wait(device)
-                dist.barrier()
-                start = time.perf_counter()
-                for i in range(steps):
-                    _step(i, *work)
-                _wait(device)
-                seconds.append(time.perf_counter() - start)
+            seconds = [_timed(work, steps) for _ in range(windows)]
             results.append({"steps": steps, "seconds": seconds})
             del model, optimizer, batches, work, dataset
             gc.collect()
