@@ -14,6 +14,7 @@ installs it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -132,16 +133,37 @@ def lab(tmp_path):
         log.close()
 
 
+def _start_kernel(url: str, token: str) -> None:
+    """Start the notebook's kernel through JupyterLab's REST API before the page opens.
+
+    A page that finds a running session for its notebook connects to it;
+    without one, JupyterLab may first ask which kernel to start.
+    """
+    request = urllib.request.Request(
+        f"{url}/api/sessions?token={token}",
+        data=json.dumps(
+            {"path": "04_sampler.ipynb", "type": "notebook", "kernel": {"name": "python3"}}
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(request, timeout=60).close()
+
+
 def _wait_for_kernel(page) -> None:
-    """Wait until the notebook's kernel is idle, accepting the kernel dialog if it appears."""
+    """Wait until the kernel is idle and no dialog is open (accepting "Select Kernel")."""
     accept = page.locator(".jp-Dialog .jp-mod-accept")
     idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+    settled_since = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if accept.count():
             accept.first.click()  # "Select Kernel": the default, Python 3 (ipykernel)
+            settled_since = None
         elif idle.count():
-            return
+            settled_since = settled_since or time.monotonic()
+            if time.monotonic() - settled_since > 3:  # a dialog can open a moment late
+                return
         time.sleep(0.5)
     raise AssertionError("the notebook's kernel did not become idle within 60 s")
 
@@ -187,6 +209,7 @@ def test_explorer_follows_controls_in_jupyterlab(no_leftovers, lab):
         browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            _start_kernel(url, token)
             page.goto(f"{url}/lab/tree/04_sampler.ipynb?token={token}")
             page.locator(".jp-Notebook").first.wait_for(timeout=60_000)
             _wait_for_kernel(page)
