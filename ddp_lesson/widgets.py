@@ -212,6 +212,29 @@ class _View:
             for handle, obj in zip(handles, self._renderings(), strict=True):
                 handle.update(obj)
 
+    def _button(self, description: str, css_class: str, busy, action) -> ipw.Button:
+        """A button that runs ``action`` (a real launch) and reports a failed launch in the view.
+
+        Args:
+            busy: a function giving the message shown while ``action`` runs.
+            action: what the button does; it shows its own result.
+        """
+        button = ipw.Button(description=description, icon="play", layout=ipw.Layout(width="auto"))
+        button.add_class(css_class)
+
+        def clicked(_button: ipw.Button) -> None:
+            button.disabled = True  # one launch at a time
+            self._say(busy())
+            try:
+                action()
+            except launch.LaunchError as error:
+                self._say(str(error), error=True)
+            finally:
+                button.disabled = False
+
+        button.on_click(clicked)
+        return button
+
     def _say(self, text: str, *, error: bool = False) -> None:
         colour = "#b00020" if error else "#1b5e20"
         self.message.value = f'<span style="color:{colour}">{_inline(text)}</span>' if text else ""
@@ -251,11 +274,12 @@ class RankAssignment(_View):
         self.reported: list[dict] = []
         self.control = _number_box("world_size", start, "world size")
         self.control.observe(self._changed, names="value")
-        self.launch_button = ipw.Button(
-            description="launch for real", icon="play", layout=ipw.Layout(width="auto")
+        self.launch_button = self._button(
+            "launch for real",
+            "ddp-launch",
+            lambda: f"starting {self.world_size} processes ...",
+            self._launch_and_show,
         )
-        self.launch_button.add_class("ddp-launch")
-        self.launch_button.on_click(lambda _: self._launch_clicked())
         self.bars = ProgressBars()
         self.box = ipw.VBox([ipw.HBox([self.control, self.launch_button]), self.message])
 
@@ -316,19 +340,11 @@ class RankAssignment(_View):
         self.with_reports(run.reports)
         return self.reported
 
-    def _launch_clicked(self) -> None:
-        self.launch_button.disabled = True
-        self._say(f"starting {self.world_size} processes ...")
-        try:
-            self.launch()
-        except launch.LaunchError as error:
-            self._say(str(error), error=True)
-        else:
-            pids = ", ".join(str(r.get("pid", "?")) for r in self.reported)
-            self._say(f"the ranks reported; their process ids: {pids}")
-            self._publish()
-        finally:
-            self.launch_button.disabled = False
+    def _launch_and_show(self) -> None:
+        self.launch()
+        pids = ", ".join(str(r.get("pid", "?")) for r in self.reported)
+        self._say(f"the ranks reported; their process ids: {pids}")
+        self._publish()
 
     def _verdict(self) -> str:
         ranks = [r["rank"] for r in self.reported]
@@ -479,11 +495,12 @@ class SamplerExplorer(_View):
         self._compute()
         for control in self.controls.values():
             control.observe(self._changed, names="value")
-        self.verify_button = ipw.Button(
-            description="verify with a real launch", icon="check", layout=ipw.Layout(width="auto")
+        self.verify_button = self._button(
+            "verify with a real launch",
+            "ddp-verify",
+            lambda: f"launching {self.settings['world_size']} ranks ...",
+            self._verify_and_show,
         )
-        self.verify_button.add_class("ddp-verify")
-        self.verify_button.on_click(lambda _: self._verify_clicked())
         self.bars = ProgressBars()
         c = self.controls
         self.box = ipw.VBox(
@@ -622,17 +639,8 @@ class SamplerExplorer(_View):
             "ddp-verified",
         )
 
-    def _verify_clicked(self) -> None:
-        self.verify_button.disabled = True
-        self._say(f"launching {self.settings['world_size']} ranks ...")
-        try:
-            result = self.verify()
-        except launch.LaunchError as error:
-            self._say(str(error), error=True)
-        else:
-            self.message.value = result.data
-        finally:
-            self.verify_button.disabled = False
+    def _verify_and_show(self) -> None:
+        self.message.value = self.verify().data
 
 
 # -- 3. gradient sync check ----------------------------------------------------------------
@@ -662,11 +670,9 @@ class GradientSync(_View):
         self.reports: list[dict] = []
         for control in self.controls.values():
             control.observe(self._changed, names="value")
-        self.run_button = ipw.Button(
-            description="train and compare", icon="play", layout=ipw.Layout(width="auto")
+        self.run_button = self._button(
+            "train and compare", "ddp-run", lambda: "training ...", self._run_and_show
         )
-        self.run_button.add_class("ddp-run")
-        self.run_button.on_click(lambda _: self._run_clicked())
         self.bars = ProgressBars()
         c = self.controls
         self.box = ipw.VBox(
@@ -706,18 +712,10 @@ class GradientSync(_View):
         self.reports = run.reports
         return self
 
-    def _run_clicked(self) -> None:
-        self.run_button.disabled = True
-        self._say("training ...")
-        try:
-            self.run()
-        except launch.LaunchError as error:
-            self._say(str(error), error=True)
-        else:
-            self._say("")
-            self._publish()
-        finally:
-            self.run_button.disabled = False
+    def _run_and_show(self) -> None:
+        self.run()
+        self._say("")
+        self._publish()
 
     def verdict(self) -> dict:
         """The measured answer: largest differences between ranks, and what they mean."""

@@ -325,3 +325,25 @@ def test_quiz_reveal_is_readable_without_a_kernel():
 def test_quiz_refuses_malformed_questions(choices, answer, says):
     with pytest.raises(ValueError, match=re.escape(says)):
         widgets.Quiz("?", choices, answer, "because")
+
+
+def test_launch_button_fills_in_the_shown_view(no_leftovers):
+    view = widgets.RankAssignment(world_size=2)
+    handle = FakeHandle()
+    view._handles.append([handle])
+    view.launch_button.click()
+    assert not view.launch_button.disabled
+    assert "the ranks reported; their process ids" in said(view)
+    assert len(handle.shown) == 1 and "As predicted" in handle.shown[0].data
+
+
+def test_a_failed_launch_from_a_button_becomes_a_message(monkeypatch):
+    sync = widgets.GradientSync(world_size=2, steps=2)
+
+    def fails(timeout_s=90):
+        raise launch.LaunchError("rank 1 raised RuntimeError: planted")
+
+    monkeypatch.setattr(sync, "run", fails)
+    sync.run_button.click()  # must not raise
+    assert "rank 1 raised RuntimeError: planted" in said(sync)
+    assert not sync.run_button.disabled
