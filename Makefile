@@ -20,7 +20,7 @@ test: $(STAMP) lint  ## unit tests, doctests, every notebook under nbval, exerci
 	$(BIN)/python -m pytest --nbval-lax exercises
 
 lint: $(STAMP)
-	$(BIN)/ruff check ddp_lesson tests notebooks solutions
+	$(BIN)/ruff check ddp_lesson tests notebooks solutions bench
 
 exercises: $(STAMP)  ## regenerate exercises/ from solutions/ (never overwrites a learner's edits)
 	$(BIN)/python -m ddp_lesson.exercises
