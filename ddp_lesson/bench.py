@@ -147,11 +147,8 @@ def _join(rank: int, world_size: int, port: int) -> torch.device:
     from .devices import device_for
     from .probes import _join_group
 
-    _join_group(rank, world_size, port)
-    device = device_for(rank)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    return device
+    _join_group(rank, world_size, port)  # also selects this rank's GPU, if any
+    return device_for(rank)
 
 
 def _wait(device: torch.device) -> None:

@@ -125,6 +125,27 @@ class LaunchError(RuntimeError):
         self.rank_traceback = rank_traceback
         self.output = output
 
+    def brief(self) -> str:
+        r"""The error and the worker line, without what changes from run to run.
+
+        Which rank fails first, file paths and port numbers differ between two
+        runs of the same faulty worker; the error and the line that raised it
+        do not, so a notebook can print this and still compare equal.
+
+        >>> error = LaunchError(
+        ...     "rank 1 raised RuntimeError: Connection closed by peer [127.0.0.1]:4123"
+        ...     "\n  at w.py, line 3, in main: all_reduce(t)\nAny other ranks were stopped."
+        ... )
+        >>> print(error.brief())
+        RuntimeError: Connection closed by peer [127.0.0.1]
+        at w.py, line 3, in main: all_reduce(t)
+        """
+        first, *rest = str(self).splitlines()
+        first = first.split(" raised ", 1)[-1]
+        first = re.sub(r"\[/\S+\] ", "", re.sub(r"\]:\d+", "]", first))
+        where = [line.strip() for line in rest if line.strip().startswith("at ")]
+        return "\n".join([first[:150]] + where[:1])
+
 
 class LaunchTimeout(LaunchError):
     """A supervised launch ran past its deadline and its ranks were stopped."""

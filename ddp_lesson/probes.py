@@ -33,6 +33,8 @@ def _join_group(rank: int, world_size: int, port: int) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world_size)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)  # as ddp_setup does: this rank's own GPU
 
 
 def report_rank(rank: int, world_size: int, port: int) -> None:
@@ -160,6 +162,8 @@ def _across_ranks(tensor: torch.Tensor) -> float:
     """The largest elementwise difference of ``tensor`` between any two ranks."""
     import torch.distributed as dist
 
+    if dist.get_backend() == "nccl":  # NCCL reduces GPU tensors only
+        tensor = tensor.to(torch.device("cuda", torch.cuda.current_device()))
     high, low = tensor.clone(), tensor.clone()
     dist.all_reduce(high, op=dist.ReduceOp.MAX)
     dist.all_reduce(low, op=dist.ReduceOp.MIN)
