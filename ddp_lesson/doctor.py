@@ -469,12 +469,16 @@ def _why_not_run(ranks: list[dict], script: dict | None, error, world_size: int)
     if stops:
         return f"the run ended at the {TITLES[stops[0]['stop']['stage']]} fault"
     failed = [r for r in ranks if r["error"] and not r["error"].get("call")]
+    if error is not None and type(error).__name__ == "LaunchTimeout":
+        # The deadline comes first: stopping the ranks makes each of them
+        # raise (KeyboardInterrupt, SystemExit), which is not their fault.
+        where = sorted({r["error"]["line"] for r in failed if r["error"]["line"]})
+        at = f" (the ranks were at line {', '.join(map(str, where))})" if where else ""
+        return f"the run did not finish within its deadline and was stopped{at}"
     if failed:
         e = failed[0]["error"]
         at = f" at line {e['line']}" if e["line"] else ""
         return f"a rank raised {e['type']}{at}"
-    if error is not None and type(error).__name__ == "LaunchTimeout":
-        return "the run did not finish within its deadline and was stopped"
     if script is not None and not script.get("spawns"):
         e = script.get("error")
         if e:

@@ -152,7 +152,26 @@ def test_a_hanging_script_ends_by_its_deadline(tmp_path):
     assert took < bound, f"took {took:.1f} s, bound {bound:.1f} s"
     assert result.stages["data_division"].status == doctor.OK
     assert result.stages["teardown"].status == doctor.NOT_CHECKED
-    assert "deadline" in result.stages["teardown"].evidence
+    evidence = result.stages["teardown"].evidence
+    assert "deadline" in evidence, evidence
+    sleep_line = script.read_text().splitlines().index("    time.sleep(3600)") + 1
+    named = re.findall(r"line (\d+)", evidence)
+    assert named in ([], [str(sleep_line)]), evidence
+
+
+def test_ranks_stopped_at_the_deadline_are_not_blamed_for_raising():
+    # What the probe records when the deadline stops a rank mid-sleep: the
+    # interruption is the doctor's doing, so the deadline is the reason given.
+    class LaunchTimeout(Exception):
+        pass
+
+    stopped = {"stop": None, "error": {"type": "KeyboardInterrupt", "line": 44, "call": False}}
+    reason = doctor._why_not_run([stopped, stopped], None, LaunchTimeout(), 2)
+    assert reason.startswith("the run did not finish within its deadline"), reason
+    assert "line 44" in reason
+    assert "raised" not in reason
+    crashed = doctor._why_not_run([stopped], None, None, 2)
+    assert crashed == "a rank raised KeyboardInterrupt at line 44"
 
 
 @pytest.mark.parametrize(
