@@ -45,6 +45,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $(STAMP)
 
-clean:  ## remove the virtual environment and generated worker files
+clean:  ## remove the virtual environment, generated worker files and checkpoints
 	rm -rf $(VENV)
 	find notebooks solutions exercises -path '*/workers/*' ! -name __init__.py -delete
+	rm -rf notebooks/checkpoints

@@ -3,7 +3,9 @@
 ``devices`` (the device policy), ``launch`` (bounded launches around
 ``mp.spawn``), ``reports`` (what ranks send back), ``data``, ``models``,
 ``plots``, ``widgets`` (interactive views of real runs), ``checks`` (the
-exercises' checks), ``doctor`` (diagnoses a learner's DDP script) and
+exercises' checks), ``doctor`` (diagnoses a learner's DDP script),
+``elastic`` (PyTorch's ``torchrun``, bounded and on 127.0.0.1 only),
+``stages`` (the stage workers as the notebooks write them) and
 ``exercises`` (generates ``exercises/`` from ``solutions/``).
 
 Submodules load on first use, so a rank that only needs ``reports`` does not
@@ -17,11 +19,13 @@ __all__ = [
     "data",
     "devices",
     "doctor",
+    "elastic",
     "exercises",
     "launch",
     "models",
     "plots",
     "reports",
+    "stages",
     "widgets",
 ]
 

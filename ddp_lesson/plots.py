@@ -174,3 +174,43 @@ def sync_picture(report: Mapping) -> Figure:
     fig.tight_layout()
     plt.close(fig)
     return fig
+
+
+def shards_picture(reports: Sequence[Mapping], size: int, key: str = "indices") -> Figure:
+    """Draw which data-set indices each global rank trained on, grouped by node.
+
+    One strip per rank, a tick for every index in its shard, coloured by the
+    node the rank ran on; indices that padding repeats are marked in red on
+    every rank that got them.
+
+    Args:
+        reports: the ranks' reports, each with ``rank``, ``node``,
+            ``local_rank`` and the list of indices under ``key``.
+        size: items in the data set.
+        key: the report field that holds the indices.
+    """
+    reports = rows_of_mappings("reports", reports)
+    whole_number("size", size, minimum=1)
+    needed = ("rank", "node", "local_rank", key)
+    missing = [r.get("rank") for r in reports if any(k not in r for k in needed)]
+    if not reports or missing:
+        raise ValueError(f"every report needs {list(needed)}; these ranks lack them: {missing}")
+    shards = [[int(i) for i in r[key]] for r in reports]
+    repeated = set(padding_of(shards, size)["repeated"])
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(reports) + 1.2))
+    for row, (report, shard) in enumerate(zip(reports, shards, strict=True)):
+        colour = RANK_COLOURS[report["node"] % 10]
+        ax.vlines(shard, row + 0.1, row + 0.9, color=colour, linewidth=0.4)
+        extra = sorted(repeated & set(shard))
+        ax.vlines(extra, row, row + 1, color="red", linewidth=2)
+    ax.set_xlim(0, size)
+    ax.set_ylim(len(reports), 0)
+    ax.set_yticks(
+        np.arange(len(reports)) + 0.5,
+        [f"rank {r['rank']} (node {r['node']}, local {r['local_rank']})" for r in reports],
+    )
+    ax.set_xlabel(f"data-set index, 0 to {size - 1} (red: repeated as padding)")
+    ax.set_title("each global rank's shard; colour = node")
+    fig.tight_layout()
+    plt.close(fig)
+    return fig

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import threading
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def writefile_cells(notebook: Path) -> dict[str, str]:
-    """Map each ``%%writefile`` target in ``notebook`` to the source it writes."""
-    cells = json.loads(notebook.read_text())["cells"]
-    found = {}
-    for cell in cells:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and source.startswith("%%writefile"):
-            first, _, body = source.partition("\n")
-            found[first.split()[1]] = body + "\n"
-    return found
 
 
 @pytest.fixture
@@ -30,3 +19,27 @@ def no_leftovers():
     yield
     left = launch.child_processes()
     assert not left, f"processes left running: {[p.pid for p in left]}"
+
+
+@pytest.fixture
+def listening():
+    """The addresses that this test's process and its descendants listen on, while it runs."""
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        me = psutil.Process()
+        while not done.wait(0.1):
+            try:
+                pids = {me.pid} | {p.pid for p in me.children(recursive=True)}
+            except psutil.Error:
+                continue
+            for c in psutil.net_connections("inet"):
+                if c.status == psutil.CONN_LISTEN and c.pid in pids:
+                    seen.add(c.laddr.ip)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    yield seen
+    done.set()
+    watcher.join()

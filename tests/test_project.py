@@ -83,7 +83,7 @@ def test_notebook_code_lines_are_short(path):
                 assert len(line) <= 78, f"{path.name}: {line}"
 
 
-@pytest.mark.parametrize("stage", ["02", "03", "04", "05", "06"])
+@pytest.mark.parametrize("stage", ["02", "03", "04", "05", "06", "08"])
 def test_stage_notebook_writes_its_worker_and_spawns_it(stage):
     path = next(p for p in LESSONS if p.stem.startswith(stage))
     sources = ["".join(c["source"]) for c in cells(path) if c["cell_type"] == "code"]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch.multiprocessing as mp
-from conftest import writefile_cells
 
 from ddp_lesson import launch, reports
+from ddp_lesson.stages import writefile_cells
 
 RUNS = int(os.environ.get("DDP_LESSON_TEARDOWN_RUNS", "8"))
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "06_full_script.ipynb"

@@ -14,11 +14,9 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from ddp_lesson import doctor, doctor_read
@@ -104,7 +102,7 @@ def test_a_worker_file_is_spawned_by_the_doctor_with_its_args():
     assert "3 epochs" in result.stages["data_division"].evidence
 
 
-def test_a_busy_fixed_port_does_not_stop_the_run():
+def test_a_busy_fixed_port_does_not_stop_the_run(listening):
     """The scripts set MASTER_PORT=12355; hold that port, and watch every listening socket."""
     holder = socket.socket()
     try:
@@ -112,26 +110,12 @@ def test_a_busy_fixed_port_does_not_stop_the_run():
         holder.listen()
     except OSError:
         pass  # already busy: that is the case under test anyway
-    seen: set[str] = set()
-    done = threading.Event()
-
-    def watch() -> None:
-        me = psutil.Process()
-        while not done.wait(0.1):
-            pids = {me.pid} | {p.pid for p in me.children(recursive=True)}
-            for c in psutil.net_connections("inet"):
-                if c.status == psutil.CONN_LISTEN and c.pid in pids:
-                    seen.add(c.laddr.ip)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
     try:
         result = doctor.diagnose(SCRIPTS / "correct.py", 2)
     finally:
-        done.set()
-        watcher.join()
         holder.close()
     assert result.ok, str(result)
+    seen = set(listening)
     assert seen and seen <= {"127.0.0.1"}, seen
 
 

@@ -1,0 +1,469 @@
+"""``torchrun``, PyTorch's own launcher, run from a notebook: bounded, loopback only, with reports.
+
+:func:`torchrun` runs one ``torchrun`` invocation per (simulated) node,
+exactly as a terminal or a cluster job would, and gives back what every
+rank sent with :func:`ddp_lesson.reports.send_report`::
+
+    run = elastic.torchrun("workers/stage_08.py", "--epochs", "3", nproc_per_node=2)
+    print(run.command)
+    print(run.summary(["rank", "local_rank", "node"]))
+
+What the course adds around torchrun, and nothing more:
+
+* 127.0.0.1 only. torchrun's rendezvous store and the store it shares with
+  its workers are ``TCPStore`` servers, and a ``TCPStore`` server listens on
+  every network interface. ``python -m ddp_lesson.elastic`` is torchrun
+  (``torch.distributed.run.main``) with those servers bound to 127.0.0.1;
+  every node also says its address is 127.0.0.1 (``--local-addr``).
+* restarts that work: each rendezvous round gives its workers a fresh
+  store (see :func:`fresh_worker_store_per_round`);
+* a deadline: every invocation and every process it started is stopped
+  after ``timeout_s``, and nothing is left running afterwards;
+* reports and a short error: the ranks' reports sorted by global rank, and
+  when torchrun fails, its own "Root Cause" summary in a few lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import torch.distributed as dist
+
+from . import devices, launch, reports
+from .validate import whole_number
+
+#: The only address the course's processes listen on.
+LOOPBACK = "127.0.0.1"
+
+#: Variables a torchrun worker reads; the notebook's own values must not leak in.
+TORCHRUN_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RESTART_COUNT",
+)
+
+# torch's log prefix: "W1202 19:00:20.492000 4756 torch/distributed/run.py:874] "
+_LOG_PREFIX = re.compile(r"^[DIWEF]\d{4} [\d:.]+ \d+ \S+:\d+\] ?")
+# process ids, ports and paths inside torchrun's messages
+_CHANGING = re.compile(r"(pid: |PID |process |master_port=)\d+")
+_BINARY = re.compile(r"of binary: \S+")
+
+
+class LoopbackTCPStore(dist.TCPStore):
+    """A ``TCPStore`` whose server, if it starts one, listens on 127.0.0.1 only.
+
+    ``TCPStore`` binds its server to every interface; given a socket that is
+    already listening (``master_listen_fd``), it serves on that one instead.
+    A busy port raises ``RuntimeError``, which torchrun's c10d rendezvous
+    takes as "another node hosts the store" and joins it as a client.
+    """
+
+    def __init__(self, host_name, port, world_size=None, is_master=False, *args, **kwargs):
+        if is_master and kwargs.get("master_listen_fd") is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError as error:
+                sock.close()
+                raise RuntimeError(f"cannot listen on {LOOPBACK}:{port}: {error}") from None
+            sock.listen(128)
+            port = sock.getsockname()[1]
+            kwargs["master_listen_fd"] = sock.detach()  # the store closes it
+        super().__init__(host_name, port, world_size, is_master, *args, **kwargs)
+
+
+def loopback_only() -> None:
+    """Make every ``TCPStore`` server this process starts listen on 127.0.0.1 only."""
+    from torch.distributed.elastic.rendezvous import (
+        c10d_rendezvous_backend,
+        static_tcp_rendezvous,
+    )
+
+    dist.TCPStore = LoopbackTCPStore  # dynamic_rendezvous looks it up here
+    c10d_rendezvous_backend.TCPStore = LoopbackTCPStore
+    static_tcp_rendezvous.TCPStore = LoopbackTCPStore
+
+
+def fresh_worker_store_per_round() -> None:
+    """Give the workers of every rendezvous round a new store, so a restart can connect.
+
+    torchrun's c10d rendezvous shares one ``TCPStore`` server with its
+    workers and keeps it for the whole job. After a restart, the new
+    workers' ``init_process_group`` finds the keys the old workers left
+    there (their gloo or NCCL addresses) and tries to reach ranks that are
+    gone: with torch 2.13 and gloo, every restart fails with "Gloo
+    connectFullMesh failed ... Connect timeout" (pytorch/pytorch#135712
+    describes the same for NCCL). A new server per round has no old keys;
+    the round-numbered rendezvous keys tell every node its port.
+    """
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    handler = dynamic_rendezvous.DynamicRendezvousHandler
+    if getattr(handler.next_rendezvous, "fresh_store", False):
+        return
+    original = handler.next_rendezvous
+
+    def next_rendezvous(self):
+        self._bootstrap_store_info = None
+        self._shared_tcp_store_server = None  # the last round's workers are gone
+        return original(self)
+
+    next_rendezvous.fresh_store = True
+    handler.next_rendezvous = next_rendezvous
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m ddp_lesson.elastic ARGS``: torchrun ARGS, loopback stores, restartable."""
+    loopback_only()
+    fresh_worker_store_per_round()
+    from torch.distributed.run import main as torchrun_main
+
+    torchrun_main(list(sys.argv[1:] if argv is None else argv))
+
+
+@dataclass
+class TorchrunRun:
+    """What a :func:`torchrun` call did.
+
+    Attributes:
+        commands: each invocation as you would type it (one per node).
+        reports: the ranks' reports, sorted by global rank.
+        outputs: what each invocation printed (torchrun's log and the ranks'
+            output), one string per node.
+        restarts: how many times torchrun restarted its worker group, per node.
+        elapsed_s: wall time of the whole launch.
+        note: how the simulated nodes were given devices, when that needs saying.
+    """
+
+    commands: list[str]
+    reports: list[dict] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    restarts: list[int] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    note: str = ""
+
+    @property
+    def command(self) -> str:
+        """The invocations, one per line."""
+        return "\n".join(self.commands)
+
+    def summary(self, columns: Sequence[str], *, digits: int = 4) -> str:
+        """The ranks' reports as a table sorted by global rank."""
+        return reports.table(self.reports, columns, digits=digits)
+
+    def log(self, *words: str) -> list[str]:
+        """torchrun's log messages that contain any of ``words``, without their prefixes.
+
+        Times, process ids and ports change from run to run (they show as
+        ``N``); the messages stay.
+
+        >>> line = "W1202 19:00:20.492000 4756 x.py:9] Sending process 5578 closing signal SIGTERM"
+        >>> run = TorchrunRun(["torchrun x.py"], outputs=[line])
+        >>> run.log("closing")
+        ['Sending process N closing signal SIGTERM']
+        """
+        found = []
+        for output in self.outputs:
+            for line in output.splitlines():
+                message = _CHANGING.sub(r"\1N", _LOG_PREFIX.sub("", line).strip())
+                message = _BINARY.sub("of binary: python", message)
+                if message and any(w in message for w in words):
+                    found.append(message)
+        return found
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def _flags(
+    nproc_per_node: int, nnodes: int, max_restarts: int, endpoint: str | None
+) -> list[str]:
+    flags = []
+    if nnodes == 1:
+        flags.append("--standalone")
+    else:
+        flags += [
+            f"--nnodes={nnodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}",
+            "--rdzv-id=lesson",
+        ]
+    flags.append(f"--nproc-per-node={nproc_per_node}")
+    if max_restarts:
+        flags.append(f"--max-restarts={max_restarts}")
+    return [*flags, f"--local-addr={LOOPBACK}"]
+
+
+def _node_devices(nnodes: int, nproc_per_node: int) -> tuple[list[dict], int, str]:
+    """Each node's share of the GPUs: (environment per node, GPUs in use, a note).
+
+    A real node sees only its own GPUs, numbered from 0, which is what makes
+    ``LOCAL_RANK`` the right device number. Simulated nodes get the same view
+    through ``CUDA_VISIBLE_DEVICES``; without enough GPUs for every rank they
+    all run as CPU processes, because two NCCL ranks cannot share one GPU.
+    """
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if gpus == 0 or nnodes == 1:
+        return [{} for _ in range(nnodes)], gpus, ""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",") if visible else [str(i) for i in range(gpus)]
+    need = nnodes * nproc_per_node
+    if len(ids) < need:
+        note = (
+            f"this machine has {gpus} GPU(s), fewer than the {need} that {nnodes} nodes of "
+            f"{nproc_per_node} ranks need, so the simulated nodes ran as CPU processes (gloo)"
+        )
+        return [{"CUDA_VISIBLE_DEVICES": ""} for _ in range(nnodes)], 0, note
+    shares = [ids[n * nproc_per_node : (n + 1) * nproc_per_node] for n in range(nnodes)]
+    note = "each simulated node saw only its own GPUs (CUDA_VISIBLE_DEVICES), as a real node does"
+    return [{"CUDA_VISIBLE_DEVICES": ",".join(share)} for share in shares], need, note
+
+
+def _stop_tree(procs: Sequence[subprocess.Popen]) -> None:
+    """Stop each invocation and everything it started, also processes in new sessions."""
+    tree = []
+    for proc in procs:
+        try:
+            parent = psutil.Process(proc.pid)
+            tree += [parent, *parent.children(recursive=True)]
+        except psutil.Error:
+            continue
+    launch.stop_processes(tree)
+    for proc in procs:
+        proc.wait()
+
+
+def _failure(run: TorchrunRun, codes: list[int]) -> str:
+    """A few lines on why torchrun failed: its Root Cause block, and the rank's error."""
+    node = next(i for i, c in enumerate(codes) if c != 0)
+    output = run.outputs[node]
+    lines = [f"torchrun (node {node}) exited with code {codes[node]}"]
+    cause = output.split("Root Cause (first observed failure):", 1)
+    if len(cause) == 2:
+        for line in cause[1].splitlines():
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key in ("rank", "exitcode", "traceback") and value:
+                if not value.startswith("Traceback"):
+                    lines.append(f"  {key}: " + _CHANGING.sub(r"\1N", value))
+    errors = []
+    for line in output.splitlines():
+        message = re.sub(r"^\[rank\d+\]: ", "", _LOG_PREFIX.sub("", line).strip())
+        if re.match(r"^[\w.]*(Error|Exception)\b", message) and "ChildFailedError" not in message:
+            errors.append(message)
+    if errors:
+        lines.append(f"  the rank's error: {errors[-1][:200]}")
+    lines.append(
+        "All of torchrun's output is in the exception's .output (or run.outputs): look "
+        "for the worker's traceback above torchrun's summary."
+    )
+    return "\n".join(lines)
+
+
+def torchrun(
+    script: str | os.PathLike,
+    *args: object,
+    nproc_per_node: int = devices.DEFAULT_CPU_WORLD_SIZE,
+    nnodes: int = 1,
+    max_restarts: int = 0,
+    timeout_s: float = 180,
+) -> TorchrunRun:
+    """Run ``torchrun ... script args`` once per simulated node; return the ranks' reports.
+
+    With ``nnodes=1`` the invocation is ``torchrun --standalone``. With more,
+    each node is its own ``torchrun --nnodes=N --rdzv-backend=c10d`` process,
+    all meeting at the same rendezvous endpoint on a free 127.0.0.1 port, as
+    separate machines of a cluster would; torchrun numbers the nodes itself.
+
+    Args:
+        script: the worker file, e.g. ``"workers/stage_08.py"``.
+        *args: the script's command-line arguments.
+        nproc_per_node: ranks each node starts (``--nproc-per-node``).
+        nnodes: how many nodes to simulate on this machine.
+        max_restarts: how often torchrun may restart a failed worker group.
+        timeout_s: seconds after which everything still running is stopped.
+
+    Raises:
+        FileNotFoundError: ``script`` does not exist yet.
+        launch.LaunchTimeout: the run outlived ``timeout_s``.
+        launch.LaunchError: torchrun failed; the message gives its root cause.
+    """
+    __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
+    if not Path(script).is_file():
+        raise FileNotFoundError(
+            f"{script} does not exist yet: run the %%writefile cell that creates it first"
+        )
+    whole_number("nproc_per_node", nproc_per_node, minimum=1)
+    whole_number("nnodes", nnodes, minimum=1)
+    whole_number("max_restarts", max_restarts)
+    node_env, gpus, note = _node_devices(nnodes, nproc_per_node)
+    world_size = devices.check_world_size(nproc_per_node * nnodes, gpus=gpus)
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+
+    endpoint = f"{LOOPBACK}:{_free_port()}" if nnodes > 1 else None
+    flags = _flags(nproc_per_node, nnodes, max_restarts, endpoint)
+    tail = [str(script), *map(str, args)]
+    run = TorchrunRun(commands=[" ".join(["torchrun", *flags, *tail])] * nnodes, note=note)
+    folder = tempfile.mkdtemp(prefix="ddp-lesson-torchrun-")
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
+    scratch = Path(folder) / "tmp"  # torchrun's own log folders go here, and go with it
+    scratch.mkdir()
+    env.update(
+        {
+            reports.REPORT_DIR_ENV: folder,
+            "TMPDIR": str(scratch),
+            "LOGLEVEL": "INFO",  # torchrun's log says when it restarts and why
+            "OMP_NUM_THREADS": str(devices.threads_per_rank(world_size)),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    logs = [tempfile.TemporaryFile() for _ in range(nnodes)]
+    started = time.monotonic()
+    procs: list[subprocess.Popen] = []
+    try:
+        for log, own in zip(logs, node_env, strict=True):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "ddp_lesson.elastic", *flags, *tail],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env={**env, **own},
+                )
+            )
+        deadline = started + timeout_s
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        timed_out = any(p.poll() is None for p in procs)
+    finally:
+        # a deadline, an interrupted cell or a failed start: stop whatever still runs
+        _stop_tree(procs)
+        for log in logs:
+            log.seek(0)
+            run.outputs.append(log.read().decode(errors="replace"))
+            log.close()
+        run.reports = reports.collect(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        run.elapsed_s = time.monotonic() - started
+    run.restarts = [out.count("will restart worker group") for out in run.outputs]
+    if timed_out:
+        error = launch.LaunchTimeout(
+            f"torchrun did not finish within {timeout_s:g} s, so it was stopped with every "
+            f"process it started; ranks that reported back: "
+            f"{[r['rank'] for r in run.reports] or 'none'}. A rank that waits in a "
+            "collective another rank never reaches, or nodes that never all arrive at the "
+            "rendezvous, keep torchrun waiting.",
+            output="\n".join(run.outputs),
+        )
+        error.run = run
+        raise error
+    codes = [p.returncode for p in procs]
+    if any(codes):
+        error = launch.LaunchError(_failure(run, codes), output="\n".join(run.outputs))
+        error.run = run
+        raise error
+    return run
+
+
+def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> str:
+    """Check that a SLURM batch script starts ``script`` the way its worker expects.
+
+    Reads the ``#SBATCH`` options and the ``srun torchrun ...`` line, parses
+    that line with torchrun's own argument parser and the script's
+    arguments with the worker's ``parse_args``, and checks the pieces that
+    must agree: one torchrun per node, the nodes SLURM allocates, one rank
+    per GPU, and a c10d rendezvous every node can reach.
+
+    Args:
+        path: the batch script.
+        script: the worker file torchrun should run, e.g. ``"workers/stage_09.py"``.
+        parse_args: the worker's argument parser, called with the script's arguments.
+
+    Returns:
+        A few lines saying what the job will start.
+
+    Raises:
+        ValueError: something does not agree; the message lists every problem.
+    """
+    from torch.distributed.run import get_args_parser
+
+    text = Path(path).read_text().replace("\\\n", " ")
+    sbatch = dict(re.findall(r"^#SBATCH\s+--([\w-]+)=?(\S*)", text, re.M))
+    calls = [
+        shlex.split(line, comments=True)
+        for line in text.splitlines()
+        if "torchrun" in line and not line.lstrip().startswith("#")
+    ]
+    if not calls:
+        raise ValueError(f"{path} has no torchrun line: start it with 'srun torchrun ...'")
+    words = calls[0]
+    problems = []
+    if words[0] != "srun":
+        problems.append("torchrun is not started by srun, so it runs on the first node only")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            given = get_args_parser().parse_args(words[words.index("torchrun") + 1 :])
+    except SystemExit:
+        raise ValueError(f"torchrun rejects its arguments: {said.getvalue().strip()}") from None
+    if given.training_script != script:
+        problems.append(f"torchrun runs {given.training_script}, not {script}")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            parse_args(given.training_script_args)
+    except SystemExit:
+        problems.append(f"{script} rejects its arguments: {said.getvalue().strip()}")
+    if sbatch.get("ntasks-per-node") != "1":
+        problems.append("#SBATCH --ntasks-per-node=1 is missing: srun must start one torchrun "
+                        "per node, which then starts that node's ranks")
+    if given.nnodes not in ("$SLURM_NNODES", sbatch.get("nodes")):
+        problems.append(f"--nnodes={given.nnodes} is not the allocation's --nodes "
+                        "(use --nnodes=$SLURM_NNODES)")
+    gpus = sbatch.get("gpus-per-node")
+    if given.nproc_per_node not in ("gpu", gpus):
+        problems.append(f"--nproc-per-node={given.nproc_per_node} is not one rank per GPU "
+                        f"(#SBATCH --gpus-per-node={gpus}; or use --nproc-per-node=gpu)")
+    if given.rdzv_backend != "c10d" or ":" not in given.rdzv_endpoint:
+        problems.append("use --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT of one node")
+    if problems:
+        raise ValueError(f"{path}:\n- " + "\n- ".join(problems))
+    return "\n".join(
+        [
+            f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, --ntasks-per-node=1)",
+            f"ranks per node: one per GPU ({gpus} GPUs, --nproc-per-node="
+            f"{given.nproc_per_node})",
+            f"rendezvous: c10d at {given.rdzv_endpoint}, job id {given.rdzv_id}",
+            f"each rank runs: {script} {' '.join(given.training_script_args)}",
+            f"restarts allowed: {given.max_restarts}",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()
