@@ -107,9 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     results["options"] = knobs
 
     section(f"4. stages of a {world}-rank launch (seconds)")
-    stages = bench.startup(world, repeats=2 if args.quick else 3)
+    repeats = 2 if args.quick else 3
+    stages = bench.startup(world, repeats=repeats)
+    print("mp.spawn (the lesson's cells): each rank a new Python")
     print(reports.table(stages, ["stage", "median", "min", "max"], digits=3))
-    results["startup"] = stages
+    warm = bench.startup(world, repeats=repeats * 2, warm=True)
+    print("launch.start (checks, widgets, doctor): forked from a server with torch imported")
+    print(reports.table(warm, ["stage", "median", "min", "max"], digits=3))
+    ratio = stages[-1]["median"] / warm[-1]["median"]
+    print(f"a warm launch takes 1/{ratio:.1f} of a cold one")
+    results["startup"], results["startup_warm"] = stages, warm
 
     if args.notebooks:
         section("5. executing each lesson notebook (seconds, nothing saved)")

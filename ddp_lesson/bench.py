@@ -550,13 +550,23 @@ STAGES = (
 _MARKS = ("entered", "joined", "wrapped", "trained", "destroyed")
 
 
-def startup(world_size: int = 2, *, repeats: int = 3, timeout_s: float = 120) -> list[dict]:
+def startup(
+    world_size: int = 2, *, repeats: int = 3, timeout_s: float = 120, warm: bool = False
+) -> list[dict]:
     """How long each stage of a small DDP launch takes, seconds, median/min/max over launches.
 
     ``start + import`` runs from the ``mp.spawn`` call to the ranks entering
     their function (a new interpreter, importing torch and the worker's
     module); ``exit + join`` from the last rank's ``destroy_process_group``
     to ``mp.spawn`` returning. Each stage ends when its slowest rank ends it.
+
+    Args:
+        world_size: ranks per launch.
+        repeats: launches measured.
+        timeout_s: deadline of each launch.
+        warm: start the ranks with :func:`ddp_lesson.launch.start` (forked from
+            a server with torch imported) instead of ``mp.spawn``; one launch
+            before the measured ones starts that server.
 
     Returns:
         One row per stage in :data:`STAGES` order, plus a ``total`` row.
@@ -569,11 +579,14 @@ def startup(world_size: int = 2, *, repeats: int = 3, timeout_s: float = 120) ->
     whole_number("repeats", repeats, minimum=1)
     threads = None if torch.cuda.device_count() else threads_per_rank(world_size)
     spans: dict[str, list[float]] = {name: [] for name in (*STAGES, "total")}
-    for _ in range(repeats):
+    starter = launch.start if warm else mp.spawn
+    for attempt in range(repeats + warm):
         with launch.bounded(world_size, timeout_s=timeout_s, threads_per_rank=threads) as run:
             spawned = time.time()
-            mp.spawn(startup_worker, args=(world_size, run.port), nprocs=world_size)
+            starter(startup_worker, args=(world_size, run.port), nprocs=world_size)
             returned = time.time()
+        if warm and attempt == 0:
+            continue  # this one started the server
         # each stage ends when its slowest rank ends it; the next starts there
         marks = [spawned, *(max(r[key] for r in run.reports) for key in _MARKS), returned]
         for name, start, end in zip(STAGES, marks[:-1], marks[1:], strict=True):

@@ -97,11 +97,10 @@ def _launch(
     world_size: int, target: Callable, *args
 ) -> tuple[list[dict] | None, BaseException | None]:
     """Launch ``target`` on ``world_size`` ranks; return (reports, None) or (None, error)."""
-    import torch.multiprocessing as mp
 
     try:
         with launch.bounded(world_size, timeout_s=CHECK_TIMEOUT_S) as run:
-            mp.spawn(target, args=(world_size, run.port, *args), nprocs=world_size)
+            launch.start(target, args=(world_size, run.port, *args), nprocs=world_size)
     except (launch.LaunchError, ValueError, TypeError) as error:
         return None, error
     return run.reports, None

@@ -172,7 +172,6 @@ def _environment(values: dict[str, str]):
 def _run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> tuple:
     """Run the file under the probe; return (rank records, script record, launch error)."""
     import torch
-    import torch.multiprocessing as mp
 
     from . import devices, doctor_probe, launch
 
@@ -195,7 +194,7 @@ def _run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) ->
             with launch.bounded(world_size, timeout_s=timeout_s) as run:
                 os.environ[doctor_probe.PORT_ENV] = str(run.port)
                 if reading.mode == "worker":
-                    mp.spawn(
+                    launch.start(
                         doctor_probe.run_worker,
                         args=(world_size, path, tuple(args)),
                         nprocs=world_size,

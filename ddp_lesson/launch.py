@@ -28,6 +28,7 @@ and :func:`bounded` takes care of what the lesson leaves out:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -39,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing import resource_tracker
 from pathlib import Path
 
@@ -59,23 +60,39 @@ OUTPUT_KEPT_BYTES = 32 * 1024
 #: Environment that the launched ranks inherit while a launch runs.
 _AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
 
+#: Where a rank forked by :func:`start` sends what it prints (the launch's named pipe).
+_OUTPUT_ENV = "DDP_LESSON_OUTPUT_PIPE"
+
+#: The launch whose ``with`` block is running, for :func:`start`.
+_active: Run | None = None
+
 
 class _OutputTap:
     """Collects what the ranks write to stdout and stderr, keeping head and tail only.
 
-    The ranks inherit file descriptors 1 and 2. For the length of a launch
-    both point at a pipe that a thread drains, so a rank that floods its
-    output can neither fill the notebook nor the disk, and never blocks.
+    Ranks that ``mp.spawn`` starts inherit file descriptors 1 and 2. For the
+    length of a launch both point at a named pipe (``path``) that a thread
+    drains, so a rank that floods its output can neither fill the notebook
+    nor the disk, and never blocks. Ranks forked by :func:`start` do not
+    inherit this process's descriptors; they open the named pipe themselves.
     """
 
-    def __init__(self, kept: int = OUTPUT_KEPT_BYTES):
+    def __init__(self, path: str, kept: int = OUTPUT_KEPT_BYTES):
         self.kept = kept
+        self.path = path
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-        read_end, write_end = os.pipe()
+        if hasattr(os, "mkfifo"):
+            os.mkfifo(path)
+            read_end = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # no writer yet
+            os.set_blocking(read_end, True)
+            write_end = os.open(path, os.O_WRONLY)
+        else:  # no named pipes (Windows): mp.spawn's ranks only
+            read_end, write_end = os.pipe()
+            self.path = ""
         self._saved = (os.dup(1), os.dup(2))
         os.dup2(write_end, 1)
         os.dup2(write_end, 2)
@@ -94,6 +111,25 @@ class _OutputTap:
                     self.head += chunk[:room]
                     chunk = chunk[room:]
                 self.tail = (self.tail + chunk)[-self.kept :]
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Point fds 1 and 2 back where they were for the block, then at the pipe again.
+
+        A process started inside the block (the forkserver, which outlives
+        the launch) must not hold the pipe open, or the drain never ends.
+        """
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pipe = (os.dup(1), os.dup(2))
+        try:
+            for fd, saved in zip((1, 2), self._saved, strict=True):
+                os.dup2(saved, fd)
+            yield
+        finally:
+            for fd, write_end in zip((1, 2), pipe, strict=True):
+                os.dup2(write_end, fd)
+                os.close(write_end)
 
     def close(self) -> str:
         """Point fds 1 and 2 back where they were and return what was collected."""
@@ -176,7 +212,12 @@ _install_short_errors()
 
 
 def _is_helper(proc: psutil.Process) -> bool:
-    """True for multiprocessing's resource tracker, which lives as long as the kernel."""
+    """True for multiprocessing's resource tracker and forkserver: they live as long as we do."""
+    from multiprocessing import forkserver
+
+    # by pid: the ranks forked from the server carry its command line too
+    if proc.pid == getattr(forkserver._forkserver, "_forkserver_pid", None):
+        return True
     try:
         return "resource_tracker" in " ".join(proc.cmdline())
     except psutil.Error:
@@ -325,7 +366,7 @@ class Run:
         # Start multiprocessing's resource tracker now, before the output is
         # redirected: it outlives the launch and must not hold the pipe open.
         resource_tracker.ensure_running()
-        self._tap = _OutputTap()
+        self._tap = _OutputTap(os.path.join(self._dir, "output.fifo"))
         # torch logs "Terminating process <pid> via signal SIGTERM" when it
         # stops the other ranks after a failure; the error we raise says it
         # in words, without pids that change from run to run.
@@ -336,10 +377,14 @@ class Run:
             target=self._watch, name="ddp-lesson-deadline", daemon=True
         )
         self._watcher.start()
+        global _active
+        _active = self
         return self
 
     # -- when it ends ----------------------------------------------------------
     def _cleanup(self) -> None:
+        global _active
+        _active = None
         # read before ``running`` turns False, so a progress view sees the last values
         self._last_progress = reports.read_progress(self._dir)
         self._done.set()
@@ -502,6 +547,66 @@ def bounded(world_size: int, *, timeout_s: float = 120, threads_per_rank: int | 
         LaunchTimeout: the block ran past ``timeout_s``.
     """
     return Run(world_size, timeout_s, threads_per_rank)
+
+
+def start(fn: Callable, args: tuple = (), nprocs: int = 1) -> None:
+    """Start ``nprocs`` ranks running ``fn(rank, *args)``, like ``mp.spawn``, but warm.
+
+    ``mp.spawn`` starts every rank as a new Python that imports torch (and,
+    at its first ``DDP(...)``, part of torch's compiler): seconds per launch.
+    ``start`` forks each rank from a server process that imported all of
+    that once (:mod:`ddp_lesson.warm`), so a rank begins in milliseconds.
+    The lesson's own cells keep ``mp.spawn``, as taught; the course's checks,
+    widgets and doctor use this. A forkserver, not plain ``fork``, because
+    forking a process that has touched CUDA is unsafe; the server never does.
+
+    Call it inside ``with launch.bounded(...) as run:``, exactly where
+    ``mp.spawn`` would go: the launch's deadline, reports, output and
+    cleanup apply to these ranks too, and each rank gets the environment
+    the launch set (``os.environ`` at the call) and its thread count.
+
+    Args:
+        fn: a function importable by name, called as ``fn(rank, *args)``.
+        args: what follows ``rank``.
+        nprocs: how many ranks.
+
+    Raises:
+        RuntimeError: not called inside a ``bounded`` block.
+    """
+    import torch.multiprocessing as mp
+
+    run = _active
+    if run is None or not run.running:
+        raise RuntimeError(
+            "launch.start must be called inside `with launch.bounded(...) as run:`, where "
+            "mp.spawn would go"
+        )
+    if not run._tap.path:  # no named pipes here: start them the lesson's way
+        mp.spawn(fn, args=args, nprocs=nprocs)
+        return
+    from multiprocessing import forkserver
+
+    forkserver.set_forkserver_preload(["ddp_lesson.warm"])
+    with run._tap.paused():  # the server outlives this launch: not on its pipe
+        forkserver.ensure_running()
+    env = {**os.environ, _OUTPUT_ENV: run._tap.path}
+    mp.start_processes(_warm_rank, (env, fn, *args), nprocs, start_method="forkserver")
+
+
+def _warm_rank(index: int, env: dict, fn: Callable, *args) -> None:
+    """What a forked rank does first: take the launch's environment, output and threads."""
+    import torch
+
+    os.environ.clear()
+    os.environ.update(env)
+    out = os.open(env[_OUTPUT_ENV], os.O_WRONLY)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    torch.set_num_threads(int(env.get("OMP_NUM_THREADS", "1")))
+    if env.get(reports.REPORT_DIR_ENV):
+        reports._die_with_parent()
+    fn(index, *args)
 
 
 def run_script(path: str | os.PathLike, *args: str, timeout_s: float = 180) -> str:

@@ -26,7 +26,6 @@ import time
 from collections.abc import Mapping, Sequence
 
 import ipywidgets as ipw
-import torch.multiprocessing as mp
 from IPython.display import HTML, display
 from matplotlib.colors import to_hex
 
@@ -335,7 +334,7 @@ class RankAssignment(_View):
         world_size = self.world_size
         with launch.bounded(world_size, timeout_s=timeout_s) as run:
             self.bars.follow(run, "step")
-            mp.spawn(probes.identity, args=(world_size, run.port), nprocs=world_size)
+            launch.start(probes.identity, args=(world_size, run.port), nprocs=world_size)
         self.bars.wait()
         self.with_reports(run.reports)
         return self.reported
@@ -607,7 +606,7 @@ class SamplerExplorer(_View):
         args = (s["size"], epochs, s["shuffle"], s["seed"], s["drop_last"], s["set_epoch"])
         with launch.bounded(s["world_size"], timeout_s=timeout_s) as run:
             self.bars.follow(run, "epoch")
-            mp.spawn(
+            launch.start(
                 probes.partition,
                 args=(s["world_size"], run.port, *args),
                 nprocs=s["world_size"],
@@ -703,7 +702,7 @@ class GradientSync(_View):
         s = self.settings
         with launch.bounded(s["world_size"], timeout_s=timeout_s) as run:
             self.bars.follow(run, "step")
-            mp.spawn(
+            launch.start(
                 probes.sync_check,
                 args=(s["world_size"], run.port, s["steps"]),
                 nprocs=s["world_size"],

@@ -95,8 +95,9 @@ def test_allreduce_rows_are_ordered_by_size_and_consistent(no_leftovers):
         assert row["MB_per_s"] == pytest.approx(row["bytes"] / 1e6 / (row["ms"] / 1000))
 
 
-def test_startup_stages_add_up_to_the_whole_launch(no_leftovers):
-    rows = bench.startup(2, repeats=1, timeout_s=120)
+@pytest.mark.parametrize("warm", [False, True], ids=["mp.spawn", "launch.start"])
+def test_startup_stages_add_up_to_the_whole_launch(no_leftovers, warm):
+    rows = bench.startup(2, repeats=1, timeout_s=120, warm=warm)
     assert [r["stage"] for r in rows] == [*bench.STAGES, "total"]
     stages, total = rows[:-1], rows[-1]
     # one launch: the median is the value; the stages share their boundaries

@@ -117,3 +117,38 @@ def test_run_script_returns_output_and_bounds_time(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="run the %%writefile cell"):
         launch.run_script(tmp_path / "missing.py")
+
+
+def test_warm_start_runs_the_same_ranks_with_the_launchs_environment(capfd):
+    os.environ["DDP_LESSON_TEST_MARK"] = "seen"
+    try:
+        with launch.bounded(2, timeout_s=60, threads_per_rank=2) as run:
+            launch.start(healthy.main, args=(2, run.port), nprocs=2)
+        with launch.bounded(2, timeout_s=60) as printed:
+            launch.start(faulty.prints, args=(2, printed.port), nprocs=2)
+    finally:
+        del os.environ["DDP_LESSON_TEST_MARK"]
+    assert [r["total"] for r in run.reports] == [1.0, 1.0]
+    assert [r["threads"] for r in run.reports] == [2, 2]  # the launch's count, not the server's
+    assert len({r["pid"] for r in run.reports}) == 2
+    assert all(set(r["listening"]) <= {"127.0.0.1"} for r in run.reports)
+    # what forked ranks print reaches the launch's output, not the server's terminal
+    assert "hello from rank 0" in printed.output and "hello from rank 1" in printed.output
+    assert "hello from rank" in capfd.readouterr().out  # shown after the launch
+
+
+def test_warm_start_is_refused_outside_a_launch():
+    with pytest.raises(RuntimeError, match=r"inside `with launch.bounded"):
+        launch.start(healthy.main, args=(2, 0), nprocs=2)
+
+
+def test_a_warm_launch_is_quicker_than_a_cold_one():
+    def once(start) -> float:
+        started = time.monotonic()
+        with launch.bounded(2, timeout_s=60) as run:
+            start(healthy.main, args=(2, run.port), nprocs=2)
+        return time.monotonic() - started
+
+    once(launch.start)  # the server's own start, once per process
+    cold, warm = once(mp.spawn), once(launch.start)
+    assert warm < cold, (warm, cold)

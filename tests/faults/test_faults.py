@@ -1,7 +1,9 @@
 """Every way a launch can fail, injected for real, with its time bound and message.
 
 Each test starts real gloo processes through ``launch.bounded`` and
-``mp.spawn``, exactly as a notebook does, then checks three promises:
+``mp.spawn``, exactly as a notebook does (and, where marked, through
+``launch.start``, the warm starter of the checks, widgets and doctor),
+then checks three promises:
 the failure ends within a stated bound, the learner gets a message that
 names the cause and the fix, and nothing is left behind (no child process,
 no listening socket).
@@ -34,6 +36,13 @@ SLACK_S = 5.0
 
 #: How many healthy launches' worth of time a failing launch may add to its bound.
 LAUNCHES_OF_SLACK = 3
+
+#: The two ways the course starts ranks inside ``launch.bounded``.
+STARTERS = {"mp.spawn": mp.spawn, "launch.start": launch.start}
+both_starters = pytest.mark.parametrize("start", STARTERS.values(), ids=STARTERS.keys())
+
+#: What a kernel starts beside its ranks, by command line.
+HELPERS = ("resource_tracker", "multiprocessing.forkserver")
 
 
 def listening(port: int) -> bool:
@@ -70,34 +79,41 @@ def bounded_by(seconds: float):
     assert took < allowed, f"took {took:.1f} s; bound {seconds} s + start-up, {allowed:.1f} s"
 
 
-def launch_expecting(error_type, worker, *, world_size=2, nprocs=None, args=None, timeout_s=60):
+def launch_expecting(
+    error_type, worker, *, world_size=2, nprocs=None, args=None, timeout_s=60, start=mp.spawn
+):
     with pytest.raises(error_type) as caught:
         with launch.bounded(world_size, timeout_s=timeout_s) as run:
             spawn_args = args(run) if args else (world_size, run.port)
-            mp.spawn(worker, args=spawn_args, nprocs=world_size if nprocs is None else nprocs)
+            start(worker, args=spawn_args, nprocs=world_size if nprocs is None else nprocs)
     assert not listening(run.port)
     return str(caught.value)
 
 
 # 1
-def test_rank_raises_before_init_process_group():
+@both_starters
+def test_rank_raises_before_init_process_group(start):
     with bounded_by(0):
-        message = launch_expecting(launch.LaunchError, faulty.raises)
+        message = launch_expecting(launch.LaunchError, faulty.raises, start=start)
     assert message.startswith("rank 1 raised ValueError: rank 1 cannot continue")
     assert "faulty.py, line" in message
 
 
 # 2
-def test_rank_raises_after_init_process_group():
+@both_starters
+def test_rank_raises_after_init_process_group(start):
     with bounded_by(0):
-        message = launch_expecting(launch.LaunchError, faulty.raises_after_init)
+        message = launch_expecting(launch.LaunchError, faulty.raises_after_init, start=start)
     assert "rank 1 raised RuntimeError: rank 1 failed in the middle of training" in message
 
 
 # 3
-def test_rank_skips_a_collective():
+@both_starters
+def test_rank_skips_a_collective(start):
     with bounded_by(5 + launch.STOP_GRACE_S):
-        message = launch_expecting(launch.LaunchTimeout, faulty.never_arrives, timeout_s=5)
+        message = launch_expecting(
+            launch.LaunchTimeout, faulty.never_arrives, timeout_s=5, start=start
+        )
     assert "did not finish within 5 s" in message
     assert "collective" in message
 
@@ -205,20 +221,22 @@ def test_worker_file_without_main(worker_module):
 
 
 # 9
-def test_interrupted_launch_leaves_no_orphan():
+@both_starters
+def test_interrupted_launch_leaves_no_orphan(start):
     # A kernel always handles SIGINT; a test started in the background may ignore it.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
         with bounded_by(4 + launch.STOP_GRACE_S):
-            launch_expecting(KeyboardInterrupt, faulty.never_arrives)
+            launch_expecting(KeyboardInterrupt, faulty.never_arrives, start=start)
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
 
 
-def test_killed_kernel_takes_its_ranks_with_it(tmp_path):
+@pytest.mark.parametrize("start", STARTERS, ids=STARTERS)
+def test_killed_kernel_takes_its_ranks_with_it(tmp_path, start):
     # A kernel restart or crash skips every cleanup; the ranks must not outlive it.
     # Ranks ask Linux for SIGKILL when their parent dies (ddp_lesson.reports); torch's
     # own request, SIGINT, is ignored when the test runs in the background.
@@ -231,7 +249,7 @@ def test_killed_kernel_takes_its_ranks_with_it(tmp_path):
         "from ddp_lesson import launch\n"
         "if __name__ == '__main__':\n"
         "    with launch.bounded(2, timeout_s=300) as run:\n"
-        "        mp.spawn(faulty.never_arrives, args=(2, run.port), nprocs=2)\n"
+        f"        {start}(faulty.never_arrives, args=(2, run.port), nprocs=2)\n"
     )
     kernel = subprocess.Popen([sys.executable, str(script)])
     try:
@@ -239,10 +257,12 @@ def test_killed_kernel_takes_its_ranks_with_it(tmp_path):
         ranks: list[psutil.Process] = []
         while time.monotonic() < deadline and len(ranks) < 2:
             time.sleep(0.5)
+            # the ranks, not the helpers the kernel starts beside them (the ranks
+            # forked by the forkserver carry its command line, one level down)
             ranks = [
                 p
                 for p in psutil.Process(kernel.pid).children(recursive=True)
-                if "resource_tracker" not in " ".join(p.cmdline())
+                if p.ppid() != kernel.pid or not any(h in " ".join(p.cmdline()) for h in HELPERS)
             ]
         assert len(ranks) == 2, "the ranks did not start"
         time.sleep(healthy_launch_s())  # let them get into the collective
@@ -260,21 +280,23 @@ def test_killed_kernel_takes_its_ranks_with_it(tmp_path):
 
 
 # 11
+@both_starters
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGABRT"])
-def test_rank_killed_by_a_signal(how):
+def test_rank_killed_by_a_signal(how, start):
     with bounded_by(0):
         message = launch_expecting(
-            launch.LaunchError, faulty.killed, args=lambda run: (2, run.port, how)
+            launch.LaunchError, faulty.killed, args=lambda run: (2, run.port, how), start=start
         )
     assert f"rank 1 was killed by {how}" in message
     assert "leaves the others waiting" in message
 
 
 # 12
-def test_rank_that_floods_its_output(capfd):
+@both_starters
+def test_rank_that_floods_its_output(capfd, start):
     with bounded_by(0):
         with launch.bounded(2, timeout_s=120) as run:
-            mp.spawn(faulty.floods, args=(2, run.port), nprocs=2)
+            start(faulty.floods, args=(2, run.port), nprocs=2)
     assert len(run.output) < 3 * launch.OUTPUT_KEPT_BYTES
     assert "bytes of rank output not shown" in run.output
     shown = capfd.readouterr().out
