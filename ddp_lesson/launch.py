@@ -319,6 +319,7 @@ class Run:
         self.output = ""
         self.timed_out = False
         self._seen: dict[int, psutil.Process] = {}
+        self._forked: set[int] = set()
         self._before: set[int] = set()
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -392,7 +393,8 @@ class Run:
         leftovers = self._new_children()
         if leftovers:
             stop_processes(leftovers)
-        self.started = len(self._seen)
+        # a forked rank can be done before the watcher's next look: count it anyway
+        self.started = len(set(self._seen) | self._forked)
         self._spawn_log.setLevel(self._saved_level)
         self.output = self._tap.close()
         for key, value in self._saved_env.items():
@@ -590,7 +592,12 @@ def start(fn: Callable, args: tuple = (), nprocs: int = 1) -> None:
     with run._tap.paused():  # the server outlives this launch: not on its pipe
         forkserver.ensure_running()
     env = {**os.environ, _OUTPUT_ENV: run._tap.path}
-    mp.start_processes(_warm_rank, (env, fn, *args), nprocs, start_method="forkserver")
+    context = mp.start_processes(
+        _warm_rank, (env, fn, *args), nprocs, join=False, start_method="forkserver"
+    )
+    run._forked.update(p.pid for p in context.processes)
+    while not context.join():  # what mp.spawn does after starting its ranks
+        pass
 
 
 def _warm_rank(index: int, env: dict, fn: Callable, *args) -> None:

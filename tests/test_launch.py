@@ -152,3 +152,11 @@ def test_a_warm_launch_is_quicker_than_a_cold_one():
     once(launch.start)  # the server's own start, once per process
     cold, warm = once(mp.spawn), once(launch.start)
     assert warm < cold, (warm, cold)
+
+
+def test_warm_ranks_that_finish_at_once_are_still_counted():
+    # forked ranks can come and go between two looks of the launch's watcher
+    for _ in range(5):
+        with launch.bounded(2, timeout_s=60) as run:
+            launch.start(faulty.prints, args=(2, run.port), nprocs=2)
+        assert run.started == 2
