@@ -43,8 +43,26 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, name="ddp-lesson-parent-watch", daemon=True).start()
 
 
+def _quick_exit() -> None:
+    """Spare this rank the interpreter's last garbage collections when it exits.
+
+    At exit Python walks every object still alive looking for reference
+    cycles; after importing torch and a first ``DDP(...)`` that is several
+    hundred thousand objects and 0.6-0.7 s per rank, on every launch.
+    Nothing a rank leaves behind needs a cycle collected to finish its work
+    (reports and progress are written as they are sent), so at exit the
+    objects are frozen: the collector skips them, and the rest of shutdown
+    (atexit handlers, module teardown, reference counting) happens as usual.
+    """
+    import atexit
+    import gc
+
+    atexit.register(gc.freeze)
+
+
 if os.environ.get(REPORT_DIR_ENV):  # only in ranks started by launch.bounded
     _die_with_parent()
+    _quick_exit()
 
 
 def send_report(rank: int, **fields: object) -> None:
