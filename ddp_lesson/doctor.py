@@ -523,6 +523,21 @@ def _verdict(reading: Reading, ranks, script, error, world_size: int) -> Diagnos
     return diagnosis
 
 
+def _without_a_run(reading: Reading) -> Diagnosis:
+    """The verdict on a file that cannot be started as written: its code's findings only."""
+    diagnosis = Diagnosis(str(reading.path))
+    for key in STAGES:
+        mine = [f for f in reading.findings if f.stage == key]
+        if mine:
+            parts = [f"code: {f.evidence}" for f in mine]
+            diagnosis.stages[key] = Stage(FAULT, "; ".join(parts), mine[0].line, parts)
+        else:
+            diagnosis.stages[key] = Stage(
+                NOT_CHECKED, "not reached: the file cannot be started as written, so it was not run"
+            )
+    return diagnosis
+
+
 def _has_cuda() -> bool:
     import torch
 
@@ -597,6 +612,8 @@ def diagnose(
         return Diagnosis(
             str(path), problem=f"timeout must be a positive number of seconds, got {timeout_s!r}"
         )
+    if reading.unstartable:
+        return _without_a_run(reading)
     if reading.mode == "worker":
         args = tuple(_literal(a) for a in args)
     ranks, script, error, output = _run(reading, world_size, timeout_s, args)

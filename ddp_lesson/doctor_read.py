@@ -63,6 +63,8 @@ class Reading:
         lines: the line that owns each stage, where one was found.
         hard_nccl: ``init_process_group`` is given the literal backend ``"nccl"``.
         asks_device_count: the code calls ``torch.cuda.device_count()``.
+        unstartable: set when the file cannot be run as written (a finding
+            says why); the doctor then judges the code without running it.
     """
 
     path: Path
@@ -72,6 +74,7 @@ class Reading:
     lines: dict[str, int] = field(default_factory=dict)
     hard_nccl: bool = False
     asks_device_count: bool = False
+    unstartable: bool = False
 
 
 def _name(call: ast.Call) -> str:
@@ -105,6 +108,20 @@ def _is_main_block(node: ast.stmt) -> bool:
     return any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides) and any(
         isinstance(s, ast.Constant) and s.value == "__main__" for s in sides
     )
+
+
+def _unguarded_spawns(tree: ast.Module) -> list[ast.Call]:
+    """``mp.spawn`` calls that run when the file is imported: at the top level, unguarded."""
+    found: list[ast.Call] = []
+    pending: list[ast.AST] = [n for n in tree.body if not _is_main_block(n)]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue  # runs only when called
+        if isinstance(node, ast.Call) and _name(node) in ("spawn", "start_processes"):
+            found.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return sorted(found, key=lambda n: n.lineno)
 
 
 def _mentions_rank(node: ast.AST) -> bool:
@@ -181,6 +198,24 @@ def read(path: str | Path) -> Reading:
         )
         return reading
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    unguarded = _unguarded_spawns(tree)
+    if unguarded:
+        line = unguarded[0].lineno
+        reading.mode, reading.unstartable = "script", True
+        reading.lines["spawning"] = line
+        reading.findings.append(
+            Finding(
+                "spawning",
+                f"mp.spawn is called at line {line}, outside `if __name__ == \"__main__\":`. "
+                "Every process it starts imports this file again, reaches that line and "
+                "would spawn again; Python stops it ('An attempt has been made to start a "
+                "new process before the current process has finished its bootstrapping "
+                "phase'). Move the lines that start the processes under "
+                '`if __name__ == "__main__":`',
+                line,
+            )
+        )
+        return reading
     main_blocks = [n for n in tree.body if _is_main_block(n)]
     spawns = [c for block in main_blocks for c in _calls(block, "spawn", "start_processes")]
     if spawns:

@@ -283,10 +283,25 @@ def _worker_frame(trace: str) -> str:
 
 
 def _last_error_line(trace: str) -> str:
+    """The last ``SomeError: message`` line of ``trace``.
+
+    A message that starts on the lines below its ``SomeError:`` (as
+    multiprocessing's own do) is joined up to the end of its first sentence.
+    """
     lines = [line for line in trace.strip().splitlines() if line.strip()]
-    for text in reversed(lines):
+    for at in range(len(lines) - 1, -1, -1):
+        text = lines[at]
         if not text.startswith(" ") and ("Error" in text or "Exception" in text or ":" in text):
-            return text.strip()
+            if not text.rstrip().endswith(":"):
+                return text.strip()
+            words = []
+            for more in lines[at + 1 :]:
+                if not more.startswith(" "):
+                    break
+                words.append(more.strip())
+                if more.rstrip().endswith("."):
+                    break
+            return " ".join([text.strip(), *words])
     return lines[-1].strip() if lines else "an unknown error"
 
 
@@ -459,6 +474,13 @@ class Run:
                 "A new process cannot import a function defined in a notebook cell. Write the "
                 "function to a file (a %%writefile cell), import that module, and pass "
                 "module.main to mp.spawn."
+            )
+        if before_main and "bootstrapping phase" in self.output:
+            return (
+                f"rank {exc.error_index} {how} before it could run its function: {error}\n"
+                "Each new process imports the file that called mp.spawn, and that file called "
+                "mp.spawn again. Put the code that starts the processes under "
+                '`if __name__ == "__main__":`, as the lesson\'s script does.'
             )
         if before_main and error:
             return (

@@ -181,6 +181,21 @@ def test_bad_input_gets_one_line_naming_the_fix(name, words, tmp_path):
         assert word in lines[0], lines[0]
 
 
+def test_a_spawn_outside_the_main_guard_is_named_without_running(tmp_path):
+    source = (SCRIPTS / "correct.py").read_text()
+    assert 'if __name__ == "__main__":' in source
+    path = tmp_path / "unguarded.py"
+    path.write_text(source.replace('if __name__ == "__main__":', "if True:"))
+    line = next(n for n, t in enumerate(source.splitlines(), 1) if "mp.spawn(" in t)
+    result = cli(str(path), "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    stages = json.loads(result.stdout)["stages"]
+    assert stages["spawning"]["status"] == "FAULT"
+    assert stages["spawning"]["line"] == line
+    assert 'under `if __name__ == "__main__":`' in stages["spawning"]["evidence"]
+    assert [s["status"] for s in stages.values()][1:] == ["NOT CHECKED"] * 4
+
+
 @pytest.mark.parametrize(("value", "words"), [("0", "nprocs=0"), ("two", "whole number")])
 def test_a_bad_world_size_gets_one_line(value, words):
     result = cli(str(SCRIPTS / "correct.py"), "--world-size", value)

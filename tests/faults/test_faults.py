@@ -220,6 +220,26 @@ def test_worker_file_without_main(worker_module):
                 mp.spawn(module.main, args=(1, run.port), nprocs=1)
 
 
+def test_script_that_spawns_outside_its_main_guard(tmp_path):
+    # Each spawned process imports the launching file; without the guard it spawns again.
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent.parent)!r})\n"
+        "import torch.multiprocessing as mp\n"
+        "from launch_workers import healthy\n"
+        "from ddp_lesson import launch\n"
+        "with launch.bounded(2, timeout_s=60) as run:\n"
+        "    mp.spawn(healthy.main, args=(2, run.port), nprocs=2)\n"
+    )
+    with bounded_by(0):
+        with pytest.raises(launch.LaunchError) as raised:
+            launch.run_script(script, timeout_s=120)
+    message = str(raised.value)  # the script's last lines: the launch's own message
+    assert "finished its bootstrapping phase." in message  # Python's words, whole
+    assert 'under `if __name__ == "__main__":`' in message
+
+
 # 9
 @both_starters
 def test_interrupted_launch_leaves_no_orphan(start):
