@@ -37,3 +37,27 @@ def test_max_abs_difference():
     a, b = torch.tensor([1.0, -2.0]), torch.tensor([1.5, -2.0])
     assert reports.max_abs_difference([a, b]) == 0.5
     assert reports.max_abs_difference([a]) == 0.0
+
+
+def test_a_supervised_rank_freezes_its_objects_at_exit_and_no_other_process_does(tmp_path):
+    # An atexit handler registered before the import runs after the course's own:
+    # it sees what the interpreter's last garbage collections will see.
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: open(sys.argv[1], 'w').write(str(gc.get_freeze_count())))\n"
+        "import ddp_lesson.reports\n"
+    )
+    frozen = {}
+    for supervised in (True, False):
+        env = {k: v for k, v in os.environ.items() if k != reports.REPORT_DIR_ENV}
+        if supervised:
+            env[reports.REPORT_DIR_ENV] = str(tmp_path)
+        out = tmp_path / f"frozen-{supervised}.txt"
+        subprocess.run([sys.executable, "-c", script, str(out)], env=env, check=True, timeout=120)
+        frozen[supervised] = int(out.read_text())
+    assert frozen[True] > 10_000, frozen  # torch's objects, skipped by the last collections
+    assert frozen[False] == 0, frozen  # a notebook or a test importing reports is left alone
