@@ -489,10 +489,13 @@ def _why_not_run(ranks: list[dict], script: dict | None, error, world_size: int)
     return ""
 
 
-def _verdict(reading: Reading, ranks, script, error, world_size: int) -> Diagnosis:
+def _verdict(
+    reading: Reading, ranks, script, error, world_size: int, not_run: str = ""
+) -> Diagnosis:
+    """Each stage's verdict from the code's findings and the run's; ``not_run``: why no run."""
     diagnosis = Diagnosis(str(reading.path), ranks=ranks)
     runtime, fine = _runtime(reading, ranks, script, world_size)
-    stopped = _why_not_run(ranks, script, error, world_size)
+    stopped = not_run or _why_not_run(ranks, script, error, world_size)
     for key in STAGES:
         mine = sorted(
             (f for f in reading.findings if f.stage == key), key=lambda f: f.line or 0
@@ -520,21 +523,6 @@ def _verdict(reading: Reading, ranks, script, error, world_size: int) -> Diagnos
             "this machine has no CUDA GPU: the script's nccl ran as gloo and its cuda "
             "devices as the CPU; the devices each rank asked for are what was checked"
         )
-    return diagnosis
-
-
-def _without_a_run(reading: Reading) -> Diagnosis:
-    """The verdict on a file that cannot be started as written: its code's findings only."""
-    diagnosis = Diagnosis(str(reading.path))
-    for key in STAGES:
-        mine = [f for f in reading.findings if f.stage == key]
-        if mine:
-            parts = [f"code: {f.evidence}" for f in mine]
-            diagnosis.stages[key] = Stage(FAULT, "; ".join(parts), mine[0].line, parts)
-        else:
-            diagnosis.stages[key] = Stage(
-                NOT_CHECKED, "not reached: the file cannot be started as written, so it was not run"
-            )
     return diagnosis
 
 
@@ -613,7 +601,10 @@ def diagnose(
             str(path), problem=f"timeout must be a positive number of seconds, got {timeout_s!r}"
         )
     if reading.unstartable:
-        return _without_a_run(reading)
+        return _verdict(
+            reading, [], None, None, world_size,
+            not_run="the file cannot be started as written, so it was not run",
+        )  # fmt: skip
     if reading.mode == "worker":
         args = tuple(_literal(a) for a in args)
     ranks, script, error, output = _run(reading, world_size, timeout_s, args)
