@@ -373,6 +373,7 @@ class Run:
         )
         env = {
             reports.REPORT_DIR_ENV: self._dir,
+            reports.LAUNCHER_PID_ENV: str(os.getpid()),
             _AGENT_STORE_ENV: "True",
             "OMP_NUM_THREADS": str(self.threads),
             "PYTHONDONTWRITEBYTECODE": "1",

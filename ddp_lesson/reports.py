@@ -20,6 +20,28 @@ from .validate import rows_of_mappings, whole_number
 #: Set by :func:`ddp_lesson.launch.bounded` for the processes it supervises.
 REPORT_DIR_ENV = "DDP_LESSON_REPORT_DIR"
 
+#: The pid of the process that opened the launch (set with ``REPORT_DIR_ENV``).
+LAUNCHER_PID_ENV = "DDP_LESSON_LAUNCHER_PID"
+
+
+def _alive(pid: int) -> bool:
+    """True while process ``pid`` runs (a zombie, dead but not yet reaped, is not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):  # Linux: no entry, no process
+            return False
+    except (OSError, IndexError):
+        pass
+    try:  # no /proc (macOS): ask the kernel whether the pid exists
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
 
 def _die_with_parent() -> None:
     """Stop this rank as soon as the process that launched it is gone.
@@ -27,19 +49,29 @@ def _die_with_parent() -> None:
     torch.multiprocessing asks Linux for SIGINT on parent death, which does
     nothing in a process that ignores SIGINT (anything started in the
     background inherits that). A kernel that is killed or restarted mid-launch
-    must not leave ranks behind, so a supervised rank also watches its parent
-    from a small daemon thread.
+    must not leave ranks behind, so a supervised rank also watches, from a
+    small daemon thread, both its parent (a forked rank's parent is the
+    forkserver) and the process that opened the launch, whose pid
+    :func:`ddp_lesson.launch.bounded` passes down. The second matters when the
+    kernel dies while a rank is still importing torch: by the time this runs,
+    the rank's parent may already be whatever adopted it.
     """
     import threading
     import time
 
     parent = os.getppid()
+    launcher = int(os.environ.get(LAUNCHER_PID_ENV) or 0)
+
+    def orphaned() -> bool:
+        return os.getppid() != parent or (launcher > 0 and not _alive(launcher))
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while not orphaned():
             time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGKILL)
 
+    if orphaned():  # gone before this rank got here
+        os.kill(os.getpid(), signal.SIGKILL)
     threading.Thread(target=watch, name="ddp-lesson-parent-watch", daemon=True).start()
 
 

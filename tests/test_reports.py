@@ -1,5 +1,8 @@
 """Reports sent by ranks and the tables printed from them."""
 
+import os
+
+import psutil
 import torch
 
 from ddp_lesson import reports
@@ -61,3 +64,19 @@ def test_a_supervised_rank_freezes_its_objects_at_exit_and_no_other_process_does
         frozen[supervised] = int(out.read_text())
     assert frozen[True] > 10_000, frozen  # torch's objects, skipped by the last collections
     assert frozen[False] == 0, frozen  # a notebook or a test importing reports is left alone
+
+
+def test_a_process_counts_as_alive_until_it_exits_even_before_it_is_reaped():
+    import subprocess
+    import sys
+    import time
+
+    assert reports._alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while reports._alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE  # nobody waited yet
+    assert not reports._alive(child.pid)
+    assert child.poll() == 0
+    assert not reports._alive(child.pid)  # reaped: no such process

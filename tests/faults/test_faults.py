@@ -255,11 +255,34 @@ def test_interrupted_launch_leaves_no_orphan(start):
         signal.signal(signal.SIGINT, previous)
 
 
+def gone_within(procs: list[psutil.Process], seconds: float) -> list[psutil.Process]:
+    """Wait up to ``seconds`` for ``procs`` to end; return those still running.
+
+    A process that is not our child stays a zombie until whoever adopted it
+    reaps it, and psutil counts a zombie as alive: here it counts as ended.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        running = []
+        for proc in procs:
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    running.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("start", STARTERS, ids=STARTERS)
-def test_killed_kernel_takes_its_ranks_with_it(tmp_path, start):
-    # A kernel restart or crash skips every cleanup; the ranks must not outlive it.
-    # Ranks ask Linux for SIGKILL when their parent dies (ddp_lesson.reports); torch's
-    # own request, SIGINT, is ignored when the test runs in the background.
+@pytest.mark.parametrize("when", ["while-starting", "while-waiting"])
+def test_killed_kernel_takes_its_ranks_with_it(tmp_path, start, when):
+    # A kernel restart or crash skips every cleanup; the ranks must not outlive it,
+    # whether it dies while they are still importing torch or while they wait in a
+    # collective. Ranks watch their parent and the launching process from a thread
+    # (ddp_lesson.reports); torch's own request, SIGINT on parent death, is ignored
+    # when the test runs in the background.
     script = tmp_path / "kernel.py"
     script.write_text(
         "import sys\n"
@@ -276,7 +299,7 @@ def test_killed_kernel_takes_its_ranks_with_it(tmp_path, start):
         deadline = time.monotonic() + 60
         ranks: list[psutil.Process] = []
         while time.monotonic() < deadline and len(ranks) < 2:
-            time.sleep(0.5)
+            time.sleep(0.05)
             # the ranks, not the helpers the kernel starts beside them (the ranks
             # forked by the forkserver carry its command line, one level down)
             ranks = [
@@ -285,11 +308,12 @@ def test_killed_kernel_takes_its_ranks_with_it(tmp_path, start):
                 if p.ppid() != kernel.pid or not any(h in " ".join(p.cmdline()) for h in HELPERS)
             ]
         assert len(ranks) == 2, "the ranks did not start"
-        time.sleep(healthy_launch_s())  # let them get into the collective
+        if when == "while-waiting":
+            time.sleep(healthy_launch_s())  # let them get into the collective
     finally:
         kernel.kill()
         kernel.wait()
-    _, alive = psutil.wait_procs(ranks, timeout=10)
+    alive = gone_within(ranks, 10 + healthy_launch_s())
     for proc in alive:
         proc.kill()
     assert not alive, f"ranks outlived their killed parent: {[p.pid for p in alive]}"
