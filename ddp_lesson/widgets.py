@@ -218,7 +218,12 @@ class _View:
             busy: a function giving the message shown while ``action`` runs.
             action: what the button does; it shows its own result.
         """
-        button = ipw.Button(description=description, icon="play", layout=ipw.Layout(width="auto"))
+        # as wide as its label, never squeezed by the controls beside it
+        button = ipw.Button(
+            description=description,
+            icon="play",
+            layout=ipw.Layout(width="auto", flex="0 0 auto"),
+        )
         button.add_class(css_class)
 
         def clicked(_button: ipw.Button) -> None:

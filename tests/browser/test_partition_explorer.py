@@ -233,6 +233,9 @@ def test_explorer_follows_controls_in_jupyterlab(no_leftovers, lab):
 
             page.locator(".ddp-partition").first.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "partition-explorer.png"))
+            # the button's whole label shows beside the controls, not "verify with a real l..."
+            button = page.locator(".ddp-sampler-explorer .ddp-verify")
+            assert button.evaluate("b => b.scrollWidth <= b.clientWidth"), "label cut off"
 
             # bad input: a message in the widget, and the drawing stays as it was
             _type(page, "ddp-world-size", "0")
