@@ -27,7 +27,7 @@ import pytest
 import torch.multiprocessing as mp
 from launch_workers import faulty, healthy
 
-from ddp_lesson import devices, launch
+from ddp_lesson import devices, launch, reports
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -259,17 +259,11 @@ def gone_within(procs: list[psutil.Process], seconds: float) -> list[psutil.Proc
     """Wait up to ``seconds`` for ``procs`` to end; return those still running.
 
     A process that is not our child stays a zombie until whoever adopted it
-    reaps it, and psutil counts a zombie as alive: here it counts as ended.
+    reaps it; it has ended all the same, as the ranks' own watch counts it.
     """
     deadline = time.monotonic() + seconds
     while True:
-        running = []
-        for proc in procs:
-            try:
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    running.append(proc)
-            except psutil.NoSuchProcess:
-                pass
+        running = [proc for proc in procs if reports._alive(proc.pid)]
         if not running or time.monotonic() > deadline:
             return running
         time.sleep(0.2)
