@@ -3,21 +3,25 @@
 Prints one table per measurement and saves ``bench/results/bench.png`` (the
 pictures) and ``bench/results/bench.json`` (every number):
 
-1. training samples/s: one process, DDP world 1, DDP world 2 with
-   cores // 2 threads per rank, and world 2 with every rank using all cores,
-   at several global batch sizes; speed-up and scaling efficiency against
-   DDP world 1;
-2. ``all_reduce`` time and bandwidth for tensors of 4 KB ... 64 MB;
-3. DDP's options at world 2: ``bucket_cap_mb``, ``gradient_as_bucket_view``,
-   and gradient accumulation with ``no_sync()`` (exchange every 4 steps);
-4. the stages of a small 2-rank launch: start and import,
-   ``init_process_group``, first ``DDP()``, training,
-   ``destroy_process_group``, exit and join;
-5. with ``--notebooks``: each lesson notebook's execution time (minutes).
+1. scaling: at each global batch, samples/s of one rank using the whole
+   machine (world 1), of N ranks (world N), and of one rank alone with one
+   rank's resources and batch; the speed-up of world N over world 1, and
+   DDP's own efficiency (world N against N ranks alone);
+2. ``all_reduce`` between the ranks, by tensor size: the minimum time (what
+   a call costs), the median and the maximum;
+3. DDP's options at world N: ``bucket_cap_mb``, ``gradient_as_bucket_view``,
+   and gradient accumulation with ``no_sync()`` (an exchange every 4 steps);
+4. threads: world N with every rank using every core, against one thread
+   per rank;
+5. launches: each lesson stage's launch cell (02-06) as the notebooks run
+   it, a new kernel's first launch, and the phases of a launch, forked from
+   the warm server and as fresh interpreters;
+6. with ``--notebooks``: each lesson notebook's execution time.
 
-Every figure is a median with min and max over repeated timing windows or
-launches; speed-ups are ratios of medians from this run. The load average
-before and after is printed: numbers taken on a busy machine say little.
+Every figure is a median with min and max over timing windows or launches
+(the minimum alone for all-reduce costs); ratios are of medians from this
+run. A warning says when the machine was busy or a spread too wide to
+read a ratio from.
 """
 
 from __future__ import annotations
@@ -43,13 +47,14 @@ def section(title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2, help="launches per setup (default 2)")
-    parser.add_argument("--quick", action="store_true", help="one repeat, fewer sizes: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: numbers say little")
     parser.add_argument(
         "--notebooks", action="store_true", help="also time every lesson notebook (slow)"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
+    if args.quick:
+        os.environ["DDP_LESSON_BENCH_QUICK"] = "1"
 
     import matplotlib
 
@@ -57,42 +62,57 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     from ddp_lesson import bench, devices, reports
+    from ddp_lesson.views import plots
 
     plan = devices.plan()
-    repeats = 1 if args.quick else args.repeats
     started = time.monotonic()
-    print(f"ddp-lesson bench: {plan.describe().splitlines()[1]}, {plan.cores} cores")
+    print(f"ddp-lesson bench: {plan.backend}, {plan.gpus} GPU(s), {plan.cores} usable core(s)")
     print(f"before: {load()}")
     results: dict = {"cores": plan.cores, "backend": plan.backend, "load_before": os.getloadavg()}
-
-    section("1. training throughput (NeuralNetwork on digits_shifted)")
-    batches = (256, 1024, 4096) if args.quick else bench.BATCHES
-    setups = bench.default_setups()
-    # windows of a second hold several steps even at the largest batch
-    trials = [bench.Trial(b) for b in batches]
-    rows = bench.training(setups, trials, repeats=repeats, window_s=0.5 if args.quick else 1.0)
-    rows = bench.speedups(rows, "DDP world 1")
-    same = [s.label for s in setups if s.ddp and s.world_size == 1 and s.threads < plan.cores]
-    if same:  # the same threads per rank as world 2: what DDP itself costs
-        per_rank = bench.speedups(rows, same[0])
-        rows = [{**r, "per_rank": p["efficiency"]} for r, p in zip(rows, per_rank, strict=True)]
-    columns = ["setup", "threads", "batch", "samples_per_s", "min", "max", "step_ms"]
-    print(reports.table(rows, [*columns, "speedup", "efficiency", "per_rank"], digits=2))
+    how = bench.effort()
     print(
-        "speedup, efficiency: against DDP world 1 using every core; per_rank: efficiency "
-        "against world 1 on one rank's share of the cores"
+        f"timing windows of {how['window_s']:g} s, {how['windows']:g} per launch, "
+        f"{how['repeats']:g} launches per setup"
     )
-    results["training"] = rows
 
-    section("2. all_reduce between 2 ranks")
-    sizes = bench.ALLREDUCE_BYTES[::2] if args.quick else bench.ALLREDUCE_BYTES
-    world = plan.world_size if plan.gpus else 2
-    wires = bench.allreduce(sizes, world_size=world, repeats=5 if args.quick else 10)
-    print(reports.table(wires, ["size", "ms", "min_ms", "max_ms", "MB_per_s"], digits=3))
+    section("1. scaling (NeuralNetwork on digits_shifted; samples per second)")
+    scale = bench.scaling()
+    world = scale[0]["world_size"]
+    print(
+        reports.table(
+            scale,
+            ["batch", "world1", "worldN", "speedup", "alone", "ddp_efficiency", "ceiling"],
+            digits=2,
+        )
+    )
+    print(
+        f"world1: one rank with the whole machine; worldN: {world} ranks, "
+        f"{scale[0]['threads']} thread(s) each; alone: one of those ranks by itself, on its "
+        f"share of the batch; speedup = worldN / world1; ddp_efficiency = worldN / "
+        f"({world} x alone); ceiling = {world} x alone / world1"
+    )
+    spread = [
+        r["batch"]
+        for key in ("world1", "worldN", "alone")
+        for r in bench.unsteady(scale, key, f"{key}_min", f"{key}_max")
+    ]
+    if spread:
+        print(f"warning: wide spread at global batch {sorted(set(spread))}: read those ratios "
+              "with care")
+    results["scaling"] = scale
+
+    section(f"2. all_reduce between {world} ranks (ms)")
+    wires = bench.allreduce(bench.ALLREDUCE_BYTES, world_size=world)
+    print(reports.table(wires, ["size", "min_ms", "ms", "max_ms", "MB_per_s"], digits=3))
+    print("min_ms: what one call costs; ms: the median; MB_per_s: at the minimum time")
     results["allreduce"] = wires
 
-    section(f"3. DDP options at world {world}, global batch 1024")
-    ddp_setup = next(s for s in setups if s.label == f"DDP world {world}")
+    ranks = [s for s in bench.default_setups() if s.world_size == world]
+    many = min(ranks, key=lambda s: s.threads)  # the cores divided evenly
+    trials = dict(repeats=int(how["repeats"]), windows=int(how["windows"]),
+                  window_s=how["window_s"])  # fmt: skip
+
+    section(f"3. DDP options at world {world}, global batch 1024 (samples per second)")
     options = [
         bench.Trial(1024),
         bench.Trial(1024, bucket_cap_mb=1),
@@ -100,26 +120,39 @@ def main(argv: list[str] | None = None) -> int:
         bench.Trial(1024, bucket_view=True),
         bench.Trial(1024, sync_every=4),
     ]
-    knobs = bench.training([ddp_setup], options, repeats=repeats, window_s=1.0)
+    knobs = bench.training([many], options, **trials)
     base = knobs[0]["samples_per_s"]
     knobs = [{**r, "vs_default": r["samples_per_s"] / base} for r in knobs]
     print(reports.table(knobs, ["trial", "samples_per_s", "min", "max", "vs_default"], digits=2))
     results["options"] = knobs
 
-    section(f"4. stages of a {world}-rank launch (seconds)")
-    repeats = 2 if args.quick else 3
-    stages = bench.startup(world, repeats=repeats)
-    print("mp.spawn (the lesson's cells): each rank a new Python")
-    print(reports.table(stages, ["stage", "median", "min", "max"], digits=3))
-    warm = bench.startup(world, repeats=repeats * 2, warm=True)
-    print("launch.start (checks, widgets, doctor): forked from a server with torch imported")
-    print(reports.table(warm, ["stage", "median", "min", "max"], digits=3))
-    ratio = stages[-1]["median"] / warm[-1]["median"]
-    print(f"a warm launch takes 1/{ratio:.1f} of a cold one")
-    results["startup"], results["startup_warm"] = stages, warm
+    crowded = [s for s in ranks if s.threads > many.threads]
+    if crowded:
+        section(f"4. threads at world {world}, global batch 1024 (samples per second)")
+        threads = bench.training([many, crowded[0]], [bench.Trial(1024)], **trials)
+        print(reports.table(threads, ["setup", "threads", "samples_per_s", "min", "max"],
+                            digits=2))  # fmt: skip
+        ratio = threads[1]["samples_per_s"] / threads[0]["samples_per_s"]
+        print(f"every rank on every core: {ratio:.2f}x the samples/s of one thread per rank")
+        results["threads"] = threads
+
+    section("5. launches (seconds)")
+    stages = bench.stage_launches()
+    print("each lesson stage's launch cell, as its notebook runs it (forked ranks):")
+    print(reports.table(stages, ["stage", "median", "min", "max"], digits=2))
+    first = bench.first_launch()
+    print(f"a new kernel's first launch (stage 05, the warm server's start included): "
+          f"median {first['median']:.2f} s (min {first['min']:.2f}, max {first['max']:.2f})")
+    phases = bench.startup(world, repeats=int(how["repeats"]) + 2, warm=True)
+    fresh = bench.startup(world, repeats=int(how["repeats"]), warm=False)
+    print("the phases of a launch, ranks forked from the warm server:")
+    print(reports.table(phases, ["stage", "median", "min", "max"], digits=3))
+    print("the same, each rank a fresh interpreter (plain mp.spawn):")
+    print(reports.table(fresh, ["stage", "median", "min", "max"], digits=3))
+    results.update(stages=stages, first_launch=first, phases=phases, phases_fresh=fresh)
 
     if args.notebooks:
-        section("5. executing each lesson notebook (seconds, nothing saved)")
+        section("6. executing each lesson notebook (seconds, nothing saved)")
         paths = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
         times = bench.notebook_times(paths)
         times.append({"notebook": "all", "seconds": sum(r["seconds"] for r in times)})
@@ -127,9 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         results["notebooks"] = times
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
-    bench.throughput_picture(rows, ax=axes[0])
-    bench.allreduce_picture(wires, ax=axes[1])
-    bench.startup_picture(stages, ax=axes[2])
+    plots.scaling_picture(scale, ax=axes[0])
+    plots.allreduce_picture(wires, ax=axes[1])
+    plots.startup_picture(phases, ax=axes[2])
     fig.tight_layout()
     args.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out / "bench.png", dpi=110)
@@ -137,15 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "bench.json").write_text(json.dumps(results, indent=1))
 
     section("summary")
-    for row in rows:
-        if row["setup"] == ddp_setup.label:
-            line = (
-                f"{row['setup']} at global batch {row['batch']:>4}: {row['speedup']:.2f}x "
-                f"the samples/s of DDP world 1 (efficiency {row['efficiency']:.0%}"
-            )
-            if "per_rank" in row:
-                line += f"; {row['per_rank']:.0%} of two single-thread ranks"
-            print(line + ")")
+    top = scale[-1]
+    print(
+        f"at global batch {top['batch']}: {world} ranks train {top['speedup']:.2f}x the "
+        f"samples/s of one rank with the whole machine; DDP's own efficiency "
+        f"{top['ddp_efficiency']:.0%} ({world} ranks against {world} ranks alone)"
+    )
+    print(f"stage launch cells: median {max(r['median'] for r in stages):.2f} s at most; "
+          f"a new kernel's first launch {first['median']:.2f} s")
+    warning = bench.busy()
+    if warning:
+        print(warning)
     print(f"after: {load()}")
     print(f"took {time.monotonic() - started:.0f} s; saved {args.out / 'bench.png'} and bench.json")
     return 0

@@ -1,36 +1,35 @@
-"""Helpers for the ddp-lesson notebooks.
+"""The helper package of the ddp-lesson course, grouped by who uses it.
 
-``devices`` (the device policy), ``launch`` (bounded launches around
-``mp.spawn``), ``reports`` (what ranks send back), ``data``, ``models``,
-``plots``, ``widgets`` (interactive views of real runs), ``checks`` (the
-exercises' checks), ``doctor`` (diagnoses a learner's DDP script),
-``elastic`` (PyTorch's ``torchrun``, bounded and on 127.0.0.1 only),
-``stages`` (the stage workers as the notebooks write them) and
-``exercises`` (generates ``exercises/`` from ``solutions/``).
+What the lesson's workers import (they run in every rank):
+``devices`` (the one device policy), ``reports`` (what ranks send back),
+``data``, ``models``; and, for the course's own rank-side code, ``group``
+(joining a launch's process group as the lesson's ``ddp_setup`` does).
 
-Submodules load on first use, so a rank that only needs ``reports`` does not
-pay for importing matplotlib.
+Shared by everything: ``stages`` (the one table of the lesson's stages),
+``sources`` (the workers' source as the notebooks write it), ``validate``.
+
+Sub-packages, one per audience:
+``launch`` (starting and supervising every process: lesson cells, checks,
+views, the doctor, whole scripts, ``torchrun``), ``views`` (interactive
+views and pictures of real runs), ``exercises`` (checks, their rank-side
+probes, the exercise generator), ``doctor`` (diagnoses a DDP script), and
+``bench`` (how fast DDP trains here).
+
+Importing any of them starts no thread and installs no hook.
 """
 
-import importlib
-
 __all__ = [
-    "checks",
+    "bench",
     "data",
     "devices",
     "doctor",
-    "elastic",
     "exercises",
+    "group",
     "launch",
     "models",
-    "plots",
     "reports",
+    "sources",
     "stages",
-    "widgets",
+    "validate",
+    "views",
 ]
-
-
-def __getattr__(name: str):
-    if name in __all__:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'ddp_lesson' has no attribute {name!r}")

@@ -24,5 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     return doctor.main(argv[1:])
 
 
+def doctor_command() -> int:
+    """The ``ddp-doctor PATH ...`` console command: the same as ``python -m ddp_lesson doctor``."""
+    return main(["doctor", *sys.argv[1:]])
+
+
 if __name__ == "__main__":
     sys.exit(main())

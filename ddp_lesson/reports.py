@@ -9,92 +9,86 @@ reads every rank's report and prints one table sorted by rank.
 from __future__ import annotations
 
 import os
-import signal
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import torch
 
 from .validate import rows_of_mappings, whole_number
 
-#: Set by :func:`ddp_lesson.launch.bounded` for the processes it supervises.
+#: Where the supervised processes of a launch send their reports; set only by
+#: the launch (:mod:`ddp_lesson.launch`), for the processes it starts.
 REPORT_DIR_ENV = "DDP_LESSON_REPORT_DIR"
 
-#: The pid of the process that opened the launch (set with ``REPORT_DIR_ENV``).
-LAUNCHER_PID_ENV = "DDP_LESSON_LAUNCHER_PID"
 
+class Channel:
+    """The folder where one launch's ranks leave their reports, one file per rank.
 
-def _alive(pid: int) -> bool:
-    """True while process ``pid`` runs (a zombie, dead but not yet reaped, is not running)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        if os.path.isdir("/proc/self"):  # Linux: no entry, no process
-            return False
-    except (OSError, IndexError):
-        pass
-    try:  # no /proc (macOS): ask the kernel whether the pid exists
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
+    A report is written whole or not at all (written aside, then renamed), so
+    the launching process never reads half of one, even from a rank that is
+    killed while it writes.
 
-
-def _die_with_parent() -> None:
-    """Stop this rank as soon as the process that launched it is gone.
-
-    torch.multiprocessing asks Linux for SIGINT on parent death, which does
-    nothing in a process that ignores SIGINT (anything started in the
-    background inherits that). A kernel that is killed or restarted mid-launch
-    must not leave ranks behind, so a supervised rank also watches, from a
-    small daemon thread, both its parent (a forked rank's parent is the
-    forkserver) and the process that opened the launch, whose pid
-    :func:`ddp_lesson.launch.bounded` passes down. The second matters when the
-    kernel dies while a rank is still importing torch: by the time this runs,
-    the rank's parent may already be whatever adopted it.
+    Args:
+        folder: the launch's report folder (created if missing).
     """
-    import threading
-    import time
 
-    parent = os.getppid()
-    launcher = int(os.environ.get(LAUNCHER_PID_ENV) or 0)
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
 
-    def orphaned() -> bool:
-        return os.getppid() != parent or (launcher > 0 and not _alive(launcher))
+    def send(self, rank: int, fields: Mapping[str, object]) -> None:
+        """Write rank ``rank``'s report (replacing any earlier one from that rank)."""
+        whole_number("rank", rank)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"rank_{int(rank):04d}.pt"
+        partial = path.with_suffix(".partial")
+        torch.save({"rank": rank, **fields}, partial)
+        os.replace(partial, path)
 
-    def watch() -> None:
-        while not orphaned():
-            time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGKILL)
+    def send_progress(self, rank: int, done: int, total: int) -> None:
+        """Write how far rank ``rank`` has got: ``done`` of ``total``."""
+        path = self.folder / f"progress_{int(rank):04d}.txt"
+        partial = path.with_suffix(".partial")
+        partial.write_text(f"{done} {total}")
+        os.replace(partial, path)
 
-    if orphaned():  # gone before this rank got here
-        os.kill(os.getpid(), signal.SIGKILL)
-    threading.Thread(target=watch, name="ddp-lesson-parent-watch", daemon=True).start()
+    def collect(self) -> list[dict]:
+        """Every rank's report, sorted by rank."""
+        return collect(self.folder)
+
+    def progress(self) -> dict[int, tuple[int, int]]:
+        """What each rank last wrote with :meth:`send_progress`: ``{rank: (done, total)}``."""
+        return read_progress(self.folder)
+
+    def reported(self) -> set[int]:
+        """The ranks whose report has arrived."""
+        return {int(p.stem.split("_")[1]) for p in self.folder.glob("rank_*.pt")}
 
 
-def _quick_exit() -> None:
-    """Spare this rank the interpreter's last garbage collections when it exits.
+_connected: Channel | None = None
 
-    At exit Python walks every object still alive looking for reference
-    cycles; after importing torch and a first ``DDP(...)`` that is several
-    hundred thousand objects and 0.6-0.7 s per rank, on every launch.
-    Nothing a rank leaves behind needs a cycle collected to finish its work
-    (reports and progress are written as they are sent), so at exit the
-    objects are frozen: the collector skips them, and the rest of shutdown
-    (atexit handlers, module teardown, reference counting) happens as usual.
+
+def connect(folder: str | os.PathLike | None) -> None:
+    """Send this process's reports to ``folder`` (``None``: print them instead).
+
+    The launch calls this in every rank it starts, before the rank's
+    function runs (see :func:`ddp_lesson.launch.ranks.enter`).
     """
-    import atexit
-    import gc
-
-    atexit.register(gc.freeze)
+    global _connected
+    _connected = Channel(folder) if folder else None
 
 
-if os.environ.get(REPORT_DIR_ENV):  # only in ranks started by launch.bounded
-    _die_with_parent()
-    _quick_exit()
+def channel() -> Channel | None:
+    """Where this process's reports go: the launch that started it, if any.
+
+    A rank started by a course launch is connected explicitly; a process the
+    launch started indirectly (a ``torchrun`` worker, the ranks of a script)
+    finds the launch's folder in ``$DDP_LESSON_REPORT_DIR``, which only the
+    launch sets.
+    """
+    if _connected is not None:
+        return _connected
+    folder = os.environ.get(REPORT_DIR_ENV)
+    return Channel(folder) if folder else None
 
 
 def send_report(rank: int, **fields: object) -> None:
@@ -109,22 +103,18 @@ def send_report(rank: int, **fields: object) -> None:
         **fields: what to report, e.g. ``device="cpu"``.
     """
     whole_number("rank", rank)
-    report = {"rank": rank, **fields}
-    folder = os.environ.get(REPORT_DIR_ENV)
-    if not folder:
-        print(f"[rank {rank}]", {k: v for k, v in report.items() if k != "rank"})
+    destination = channel()
+    if destination is None:
+        print(f"[rank {rank}]", fields)
         return
-    path = Path(folder) / f"rank_{int(rank):04d}.pt"
-    partial = path.with_suffix(".partial")
-    torch.save(report, partial)
-    os.replace(partial, path)  # the parent never sees half a report
+    destination.send(rank, fields)
 
 
 def send_progress(rank: int, done: int, total: int) -> None:
     """Tell the launching notebook how far this rank has got (e.g. epochs done).
 
     The notebook can show it while ``mp.spawn`` is still running (see
-    :func:`ddp_lesson.widgets.progress`). Outside a supervised launch it does
+    :func:`ddp_lesson.views.progress`). Outside a supervised launch it does
     nothing, so a worker run as a script stays quiet.
 
     Args:
@@ -135,13 +125,63 @@ def send_progress(rank: int, done: int, total: int) -> None:
     whole_number("rank", rank)
     whole_number("done", done)
     whole_number("total", total, minimum=1)
-    folder = os.environ.get(REPORT_DIR_ENV)
-    if not folder:
-        return
-    path = Path(folder) / f"progress_{int(rank):04d}.txt"
-    partial = path.with_suffix(".partial")
-    partial.write_text(f"{done} {total}")
-    os.replace(partial, path)
+    destination = channel()
+    if destination is not None:
+        destination.send_progress(rank, done, total)
+
+
+def watch_indices(
+    loader: object, into: list, each_epoch: Callable[[int], object] | None = None
+) -> None:
+    """Record, epoch by epoch, the data-set indices ``loader`` hands out, as it iterates.
+
+    Each time the loader starts an epoch a new list is appended to ``into``
+    and filled with the indices its sampler yields, in order: exactly what
+    the training loop receives. The loader keeps working as before, and
+    ``loader.sampler`` (where ``set_epoch`` is called) is left as it is.
+
+    Args:
+        loader: a ``DataLoader`` with a batch size (it batches indices).
+        into: the list to fill (one list per epoch).
+        each_epoch: called with the number of epochs handed out so far,
+            when an epoch's last index has been handed out.
+
+    >>> from torch.utils.data import DataLoader
+    >>> seen = []
+    >>> loader = DataLoader(list(range(5)), batch_size=2)
+    >>> watch_indices(loader, seen)
+    >>> [len(batch) for batch in loader], seen
+    ([2, 2, 1], [[0, 1, 2, 3, 4]])
+    """
+    batches = getattr(loader, "batch_sampler", None)
+    if batches is None or not hasattr(batches, "sampler"):
+        raise TypeError(
+            "watch_indices needs a DataLoader that batches its indices (give it a batch_size), "
+            f"got {type(loader).__name__}"
+        )
+    batches.sampler = _Watched(batches.sampler, into, each_epoch)
+
+
+class _Watched:
+    """A sampler seen through: the same indices, also written down per epoch."""
+
+    def __init__(self, sampler: object, into: list, each_epoch: Callable | None):
+        self._sampler, self._into, self._each_epoch = sampler, into, each_epoch
+
+    def __iter__(self):
+        epoch: list[int] = []
+        self._into.append(epoch)
+        for index in self._sampler:
+            epoch.append(int(index))
+            yield index
+        if self._each_epoch is not None:
+            self._each_epoch(len(self._into))
+
+    def __len__(self) -> int:
+        return len(self._sampler)
+
+    def __getattr__(self, name: str):
+        return getattr(self._sampler, name)
 
 
 def read_progress(folder: str | os.PathLike) -> dict[int, tuple[int, int]]:

@@ -1,73 +1,64 @@
-"""The lesson's stage workers as the notebooks write them, and what each stage changes.
+"""The lesson's stages: one table that the notebooks, checks, doctor and views all read.
 
-Every stage notebook writes its worker with a ``%%writefile`` cell. A later
-notebook can show how its worker differs from an earlier one without
-having run that notebook: the source comes from the notebook file itself.
+A DDP script changes a single-device script in four areas, in the order
+it runs them, and ends by releasing its process group. Each stage has a
+key (what code and the doctor's JSON use), a title (what a learner reads),
+the notebook that teaches it, and that notebook's worker file.
+
+>>> [s.title for s in STAGES][:3]
+['starting processes', 'connecting processes', 'splitting the data']
+>>> stage("data_division").notebook
+'04_sampler'
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-import os
-from pathlib import Path
-
-#: Where the lesson notebooks live (the package sits next to them).
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from dataclasses import dataclass
 
 
-def writefile_cells(notebook: str | os.PathLike) -> dict[str, str]:
-    """Map each ``%%writefile`` target in ``notebook`` to the text it writes.
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the lesson.
 
-    Args:
-        notebook: path of an ``.ipynb`` file.
+    Attributes:
+        key: a short identifier, e.g. ``"data_division"``.
+        title: how a learner reads it, e.g. ``"splitting the data"``.
+        notebook: the lesson notebook that teaches it (its stem).
+        worker: that notebook's worker file, under ``notebooks/``.
+        owner: what owns the stage in a script (where its fixes go).
     """
-    path = Path(notebook)
-    if not path.is_file():
-        raise FileNotFoundError(f"no notebook at {path}")
-    found = {}
-    for cell in json.loads(path.read_text())["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and source.startswith("%%writefile"):
-            first, _, body = source.partition("\n")
-            found[first.split()[-1]] = body + "\n"
-    return found
+
+    key: str
+    title: str
+    notebook: str
+    worker: str
+    owner: str
 
 
-def worker_source(stage: str, folder: str | os.PathLike = NOTEBOOKS) -> str:
-    """The source of ``workers/stage_NN.py`` as the stage's notebook writes it.
+#: The stages in the order a DDP script runs them.
+STAGES = (
+    Stage("spawning", "starting processes", "02_spawn", "workers/stage_02.py",
+          "mp.spawn(main, args=..., nprocs=world_size)"),
+    Stage("process_group", "connecting processes", "03_process_group", "workers/stage_03.py",
+          "ddp_setup: init_process_group(backend, rank=rank, world_size=world_size)"),
+    Stage("data_division", "splitting the data", "04_sampler", "workers/stage_04.py",
+          "DataLoader(..., sampler=DistributedSampler(dataset)) and set_epoch"),
+    Stage("model_wrapping", "synchronising the model", "05_ddp_wrap", "workers/stage_05.py",
+          "model.to(device) then DDP(model, ...)"),
+    Stage("teardown", "teardown", "03_process_group", "workers/stage_03.py",
+          "destroy_process_group() when training ends"),
+)  # fmt: skip
 
-    Args:
-        stage: the two-digit stage number, e.g. ``"06"``.
-        folder: the notebooks folder.
+KEYS = tuple(s.key for s in STAGES)
 
-    >>> "DistributedSampler(train_dataset)" in worker_source("06")
-    True
+
+def stage(name: str) -> Stage:
+    """The stage with this key or title.
+
+    Raises:
+        KeyError: no stage is called that; the message lists the names.
     """
-    if not (isinstance(stage, str) and len(stage) == 2 and stage.isdigit()):
-        raise ValueError(f"stage must be two digits such as '06', got {stage!r}")
-    target = f"workers/stage_{stage}.py"
-    for notebook in sorted(Path(folder).glob(f"{stage}_*.ipynb")):
-        cells = writefile_cells(notebook)
-        if target in cells:
-            return cells[target]
-    raise LookupError(f"no notebook {stage}_*.ipynb in {folder} writes {target}")
-
-
-def diff(old: str, new: str, *, context: int = 1) -> str:
-    """What stage ``new``'s worker changes in stage ``old``'s, as a unified diff.
-
-    Args:
-        old: the earlier stage, e.g. ``"06"``.
-        new: the later stage, e.g. ``"08"``.
-        context: unchanged lines shown around each change.
-    """
-    lines = difflib.unified_diff(
-        worker_source(old).splitlines(),
-        worker_source(new).splitlines(),
-        f"stage_{old}.py",
-        f"stage_{new}.py",
-        n=context,
-        lineterm="",
-    )
-    return "\n".join(lines)
+    for s in STAGES:
+        if name in (s.key, s.title):
+            return s
+    raise KeyError(f"no stage {name!r}: use one of {[s.key for s in STAGES]}")

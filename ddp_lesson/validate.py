@@ -47,3 +47,23 @@ def rows_of_mappings(name: str, rows: object) -> list[Mapping]:
         if not isinstance(row, Mapping):
             raise TypeError(f"{name} must be a list of dicts, but one item is {row!r}")
     return rows
+
+
+def seconds(name: str, value: object) -> float:
+    """Return ``value`` if it is a finite number of seconds above 0; otherwise explain.
+
+    >>> seconds("timeout_s", 5)
+    5
+    >>> seconds("timeout_s", float("nan"))
+    Traceback (most recent call last):
+    ...
+    ValueError: timeout_s must be a positive, finite number of seconds, got nan
+    """
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = type(value).__name__
+        raise TypeError(f"{name} must be a number of seconds, got {value!r} ({kind})")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return value

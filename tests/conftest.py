@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.util
+import os
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -9,6 +14,48 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: What may stay in the temporary folder: torch's own reusable compile cache.
+KEPT = ("torchinductor_",)
+
+
+def litter(folder: Path) -> list[str]:
+    """What is left in ``folder`` but torch's compile cache."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith(KEPT))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def clean_temporary_folder(tmp_path_factory):
+    """Run the whole session, kernels and ranks included, in an empty temporary folder.
+
+    The session also measures with the benchmark's quick settings.
+
+    At the end nothing may be left in it but torch's compile cache: no
+    error files of ranks that raised, no launch folders, no forkserver
+    folders of kernels that have gone.
+    """
+    # This process's own folders stay where they were: its multiprocessing
+    # folder (removed when it exits) and pytest's own (tmp_path).
+    multiprocessing.util.get_temp_dir()
+    tmp_path_factory.getbasetemp()
+    folder = Path(tempfile.mkdtemp(prefix="ddp-lesson-tests-"))
+    # the benchmark's quick settings: 10_performance's measuring cells only
+    # show that their code runs (their saved outputs come from a full run)
+    settings = {"TMPDIR": str(folder), "DDP_LESSON_BENCH_QUICK": "1"}
+    saved = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    tempfile.tempdir = None  # this process too
+    yield folder
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    tempfile.tempdir = None
+    left = litter(folder)
+    if not left:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert not left, f"the tests left these in the temporary folder {folder}: {left}"
 
 
 @pytest.fixture
@@ -18,7 +65,7 @@ def no_leftovers():
 
     yield
     left = launch.child_processes()
-    assert not left, f"processes left running: {[p.pid for p in left]}"
+    assert not left, f"processes left running: {[(p.pid, p.cmdline()) for p in left]}"
 
 
 @pytest.fixture

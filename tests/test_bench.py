@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ddp_lesson import bench, data, launch
+from ddp_lesson.views import plots
 
 
 def test_digits_shifted_is_nine_labelled_copies_of_the_digits():
@@ -95,10 +96,10 @@ def test_allreduce_rows_are_ordered_by_size_and_consistent(no_leftovers):
         assert row["MB_per_s"] == pytest.approx(row["bytes"] / 1e6 / (row["ms"] / 1000))
 
 
-@pytest.mark.parametrize("warm", [False, True], ids=["mp.spawn", "launch.start"])
+@pytest.mark.parametrize("warm", [False, True], ids=["fresh", "forked"])
 def test_startup_stages_add_up_to_the_whole_launch(no_leftovers, warm):
     rows = bench.startup(2, repeats=1, timeout_s=120, warm=warm)
-    assert [r["stage"] for r in rows] == [*bench.STAGES, "total"]
+    assert [r["stage"] for r in rows] == [*bench.PHASES, "total"]
     stages, total = rows[:-1], rows[-1]
     # one launch: the median is the value; the stages share their boundaries
     assert sum(r["median"] for r in stages) == pytest.approx(total["median"])
@@ -111,7 +112,7 @@ def test_pictures_draw_what_they_are_given():
         for s, v in (("DDP world 1", 10.0), ("DDP world 2", 18.0))
         for b in (64, 256)
     ]
-    fig = bench.throughput_picture(rows)
+    fig = plots.throughput_picture(rows)
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
         "DDP world 1",
         "DDP world 2",
@@ -120,10 +121,10 @@ def test_pictures_draw_what_they_are_given():
         {"bytes": 4096, "size": "4 KB", "ms": 0.1, "min_ms": 0.05, "max_ms": 0.2},
         {"bytes": 65536, "size": "64 KB", "ms": 0.3, "min_ms": 0.2, "max_ms": 0.5},
     ]
-    assert len(bench.allreduce_picture(wires).axes) == 1
-    stages = [{"stage": s, "median": 1.0, "min": 0.5, "max": 2.0} for s in bench.STAGES]
-    labels = [t.get_text() for t in bench.startup_picture(stages).axes[0].get_yticklabels()]
-    assert labels == list(bench.STAGES)
+    assert len(plots.allreduce_picture(wires).axes) == 1
+    stages = [{"stage": s, "median": 1.0, "min": 0.5, "max": 2.0} for s in bench.PHASES]
+    labels = [t.get_text() for t in plots.startup_picture(stages).axes[0].get_yticklabels()]
+    assert labels == list(bench.PHASES)
 
 
 def test_a_failing_launch_still_leaves_nothing_running(no_leftovers):
@@ -131,3 +132,36 @@ def test_a_failing_launch_still_leaves_nothing_running(no_leftovers):
     with pytest.raises(launch.LaunchTimeout):
         # windows far longer than the deadline: stopped, not hung
         bench.training([setup], [bench.Trial(4096)], window_s=1000, timeout_s=8)
+
+
+def test_scaling_compares_world_n_with_world_one_and_with_ranks_alone(no_leftovers):
+    rows = bench.scaling([128, 256], window_s=0.05, windows=1, repeats=1)
+    assert [r["batch"] for r in rows] == [128, 256]
+    for row in rows:
+        n = row["world_size"]
+        assert row["speedup"] == pytest.approx(row["worldN"] / row["world1"])
+        assert row["ddp_efficiency"] == pytest.approx(row["worldN"] / (n * row["alone"]))
+        assert row["ceiling"] == pytest.approx(n * row["alone"] / row["world1"])
+        for key in ("world1", "worldN", "alone"):
+            assert 0 < row[f"{key}_min"] <= row[key] <= row[f"{key}_max"]
+
+
+def test_one_rank_alone_trains_on_its_share_of_the_global_batch():
+    alone = bench.Setup("one rank alone", 1, 1, share=2)
+    assert alone.trial(bench.Trial(1024)).batch == 512
+    assert bench.Setup("world 2", 2, 1).trial(bench.Trial(1024)).batch == 1024
+
+
+def test_unsteady_rows_are_named_and_a_busy_machine_is_said(monkeypatch):
+    rows = [{"v": 10.0, "min": 9.5, "max": 10.5}, {"v": 10.0, "min": 4.0, "max": 16.0}]
+    assert bench.unsteady(rows, "v") == [rows[1]]
+    monkeypatch.setattr("os.getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert "busy" in bench.busy(cores=2)
+    monkeypatch.setattr("os.getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert bench.busy(cores=2) == ""
+
+
+def test_stage_launches_run_each_lesson_stage_as_its_notebook_does(no_leftovers):
+    rows = bench.stage_launches(["03", "05"], repeats=1)
+    assert [r["stage"] for r in rows] == ["03", "05"]
+    assert all(0 < r["min"] <= r["median"] <= r["max"] for r in rows)

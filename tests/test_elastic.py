@@ -15,7 +15,10 @@ import torch
 import torch.multiprocessing as mp
 from torch.utils.data.distributed import DistributedSampler
 
-from ddp_lesson import data, elastic, launch, plots, reports, stages
+from ddp_lesson import data, launch, reports, sources
+from ddp_lesson.exercises import checks
+from ddp_lesson.launch import elastic
+from ddp_lesson.views import plots
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -28,8 +31,8 @@ def workers(tmp_path, monkeypatch):
     folder = tmp_path / "workers"
     folder.mkdir()
     for stage in ("08", "09"):
-        (folder / f"stage_{stage}.py").write_text(stages.worker_source(stage))
-    slurm = stages.writefile_cells(stages.NOTEBOOKS / "09_checkpoints.ipynb")
+        (folder / f"stage_{stage}.py").write_text(sources.worker_source(stage))
+    slurm = sources.writefile_cells(sources.NOTEBOOKS / "09_checkpoints.ipynb")
     (folder / "stage_09.slurm").write_text(slurm["workers/stage_09.slurm"])
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))  # mp.spawn's ranks import workers.stage_09
@@ -79,7 +82,7 @@ def spawn_stage_09(worker, epochs: int, checkpoint: str, crash_after: int = -1) 
     with launch.bounded(2, timeout_s=120) as run:
         mp.spawn(
             worker.main,
-            args=(2, epochs, run.port, checkpoint, crash_after),
+            args=(2, run.port, epochs, checkpoint, crash_after),
             nprocs=2,
         )
     return run.reports
@@ -193,9 +196,11 @@ def test_simulated_nodes_get_their_own_gpus_or_none(monkeypatch):
 def test_the_slurm_script_starts_the_worker_with_arguments_it_accepts(workers):
     import workers.stage_09 as worker
 
-    summary = elastic.check_slurm(
+    result = checks.check_slurm(
         workers / "stage_09.slurm", "workers/stage_09.py", worker.arguments
     )
+    assert result, result
+    summary = result.note
     assert "nodes: 2, one torchrun on each" in summary
     assert "each rank runs: workers/stage_09.py --epochs 10 --checkpoint" in summary
 
@@ -218,18 +223,20 @@ def test_a_slurm_script_that_disagrees_with_the_worker_is_refused(workers, old, 
     text = path.read_text()
     assert old in text
     path.write_text(text.replace(old, new))
-    with pytest.raises(ValueError, match=words):
-        elastic.check_slurm(path, "workers/stage_09.py", worker.arguments)
+    result = checks.check_slurm(path, "workers/stage_09.py", worker.arguments)
+    assert not result
+    assert result.stage == "starting processes"
+    assert words in result.happened
 
 
 def test_stage_diff_comes_from_the_notebooks():
-    diff = stages.diff("06", "08")
+    diff = sources.diff("06", "08")
     assert "+def ddp_setup():" in diff
     assert "-def ddp_setup(rank, world_size, port):" in diff
     with pytest.raises(ValueError, match="two digits"):
-        stages.worker_source("6")
+        sources.worker_source("6")
     with pytest.raises(LookupError, match="writes workers/stage_07.py"):
-        stages.worker_source("07")
+        sources.worker_source("07")
 
 
 def test_the_shards_picture_marks_padding_on_every_rank_that_got_it():

@@ -140,14 +140,14 @@ def test_warm_start_is_refused_outside_a_launch():
 
 
 def test_a_warm_launch_is_quicker_than_a_cold_one():
-    def once(start) -> float:
+    def once(warm: bool) -> float:
         started = time.monotonic()
-        with launch.bounded(2, timeout_s=60) as run:
-            start(healthy.main, args=(2, run.port), nprocs=2)
+        with launch.bounded(2, timeout_s=60, warm=warm) as run:
+            mp.spawn(healthy.main, args=(2, run.port), nprocs=2)
         return time.monotonic() - started
 
-    once(launch.start)  # the server's own start, once per process
-    cold, warm = once(mp.spawn), once(launch.start)
+    once(True)  # the server's own start, once per process
+    cold, warm = once(False), once(True)
     assert warm < cold, (warm, cold)
 
 

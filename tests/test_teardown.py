@@ -1,10 +1,12 @@
 """The lesson's training worker, launched again and again: teardown must never crash.
 
 A rank can die with SIGABRT at exit when the process group is destroyed (or
-never destroyed) while a DDP model is still alive. The stage-06 worker frees
-the model and runs gc.collect() before destroy_process_group(); this test
-takes that worker straight from notebooks/06_full_script.ipynb and launches
-it repeatedly. Set DDP_LESSON_TEARDOWN_RUNS for a longer soak.
+never destroyed) while a DDP model is still alive. The stage-06 worker
+destroys its group in a ``finally`` while ``main`` still holds the wrapped
+model, as a learner's script would; this test takes that worker straight
+from notebooks/06_full_script.ipynb and launches it repeatedly, half of the
+launches as fresh interpreters (the way plain ``mp.spawn`` starts ranks).
+Set DDP_LESSON_TEARDOWN_RUNS for a longer soak.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 import torch.multiprocessing as mp
 
 from ddp_lesson import launch, reports
-from ddp_lesson.stages import writefile_cells
+from ddp_lesson.sources import writefile_cells
 
 RUNS = int(os.environ.get("DDP_LESSON_TEARDOWN_RUNS", "8"))
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "06_full_script.ipynb"
@@ -38,8 +40,8 @@ def test_training_worker_tears_down_cleanly_every_time(lesson_worker):
     failures = []
     for attempt in range(RUNS):
         try:
-            with launch.bounded(2, timeout_s=120) as run:
-                mp.spawn(lesson_worker.main, args=(2, 1, run.port), nprocs=2)
+            with launch.bounded(2, timeout_s=120, warm=attempt % 2 == 0) as run:
+                mp.spawn(lesson_worker.main, args=(2, run.port, 1), nprocs=2)
         except launch.LaunchError as error:
             failures.append(f"run {attempt}: {error}")
             continue

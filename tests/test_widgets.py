@@ -16,7 +16,9 @@ import torch
 from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from ddp_lesson import devices, launch, probes, reports, widgets
+from ddp_lesson import devices, launch, reports
+from ddp_lesson import views as widgets
+from ddp_lesson.views import runs as probes
 
 
 def sampler_says(size, world_size, epoch=0, shuffle=True, seed=0, drop_last=False):
@@ -70,7 +72,7 @@ def test_explorer_draws_what_the_sampler_gives(settings):
     assert explorer.message.value == ""
     expected = sampler_says(**settings)
     assert explorer.partition == expected
-    drawn = explorer._renderings()[0].data
+    drawn = explorer.renderings()[0].data
     for rank, indices in enumerate(expected):
         assert f"rank {rank}: {indices}" in drawn
 
@@ -82,7 +84,7 @@ def test_explorer_marks_padding_exactly_where_the_sampler_padded():
     permutation = torch.randperm(11, generator=torch.Generator().manual_seed(3 + 2)).tolist()
     padded = sorted(permutation[: 12 - 11])
     assert explorer.marks == {"repeated": padded, "dropped": []}
-    drawn = explorer._renderings()[0].data
+    drawn = explorer.renderings()[0].data
     framed = drawn.count("border:2px solid #d00000")
     holders = sum(index in part for part in explorer.partition for index in padded)
     assert framed == holders == 2 * len(padded)
@@ -94,7 +96,7 @@ def test_explorer_marks_what_drop_last_skips():
     taken = {i for part in sampler_says(11, 3, drop_last=True) for i in part}
     assert explorer.marks["dropped"] == sorted(set(range(11)) - taken)
     assert len(explorer.marks["dropped"]) == 11 % 3
-    assert "text-decoration:line-through" in explorer._renderings()[0].data
+    assert "text-decoration:line-through" in explorer.renderings()[0].data
 
 
 def test_without_set_epoch_every_epoch_repeats_epoch_zero():
@@ -104,7 +106,7 @@ def test_without_set_epoch_every_epoch_repeats_epoch_zero():
     set_controls(explorer, set_epoch=False)
     assert explorer.partition == sampler_says(10, 2, epoch=0)
     assert set(map(tuple, explorer.history.values())) == {tuple(sampler_says(10, 2)[0])}
-    assert "the same order every epoch" in explorer._renderings()[0].data
+    assert "the same order every epoch" in explorer.renderings()[0].data
 
 
 def test_a_control_change_replaces_the_shown_drawing():
@@ -124,7 +126,7 @@ def _too_many() -> str:
 
 BAD_INPUTS = [
     ("world_size", "0", "mp.spawn(..., nprocs=0) silently starts nothing"),
-    ("world_size", "-2", "world_size must be >= 1"),
+    ("world_size", "-2", "world size must be >= 1"),
     ("world_size", _too_many, "more CPU processes than this machine can run"),
     ("world_size", "two", "world size must be a whole number, got 'two'"),
     ("world_size", "2.5", "world size must be a whole number, got '2.5'"),
@@ -155,7 +157,7 @@ def test_explorer_explains_bad_input_and_keeps_its_drawing(control, value, says)
 @pytest.mark.parametrize(
     ("kwargs", "says"),
     [
-        ({"world_size": 0}, "world_size must be >= 1"),
+        ({"world_size": 0}, "world size must be >= 1"),
         ({"size": 1, "world_size": 2}, "smaller than world size"),
         ({"seed": -1}, "seed must be 0 or more"),
     ],
@@ -188,7 +190,9 @@ def test_progress_bars_follow_the_ranks(no_leftovers):
     bars = widgets.ProgressBars()
     with launch.bounded(2, timeout_s=90) as run:
         bars.follow(run, "epoch")
-        mp.spawn(probes.partition, args=(2, run.port, 10, 3, True, 0, False, True), nprocs=2)
+        mp.spawn(
+            probes.partition, args=(2, run.port, 10, [0, 1, 2], True, 0, False, True), nprocs=2
+        )
     bars.wait()
     assert run.progress() == {0: (3, 3), 1: (3, 3)}
     shown = [
@@ -228,7 +232,7 @@ def test_gradient_sync_measures_ddp_against_no_ddp(no_leftovers):
     assert first["synced_norms"] == second["synced_norms"]
     assert first["own_norms"] != second["own_norms"]
     assert first["names"][-1] == "linear_relu_stack.4.bias"
-    page, figure = sync._renderings()
+    page, figure = sync.renderings()
     assert "identical on every rank" in page.data
     assert page.data.count('class="ddp-sync-row"') == len(first["names"])
     assert len(figure.axes) == 2
@@ -241,7 +245,7 @@ def test_gradient_sync_explains_bad_input():
     set_controls(sync, steps="500")
     assert "steps must be 50 or fewer" in said(sync)
     set_controls(sync, steps="3", world_size="0")
-    assert "world_size must be >= 1" in said(sync)
+    assert "world size must be >= 1" in said(sync)
     assert sync.settings == {"world_size": 2, "steps": 3}
     with pytest.raises(ValueError, match="call run"):
         sync.verdict()
@@ -254,7 +258,7 @@ def test_rank_view_predicts_then_shows_what_ranks_reported(no_leftovers):
     assert [row["rank"] for row in view.predicted()] == [0, 1, 2]
     plan = devices.plan()
     assert {row["device"] for row in view.predicted()} == {str(plan.device(r)) for r in range(3)}
-    assert "cuda:2 (nccl)" in view._renderings()[0].data
+    assert "cuda:2 (nccl)" in view.renderings()[0].data
     view.control.value = "2"
     reported = view.launch(timeout_s=90)
     assert [r["rank"] for r in reported] == [0, 1]
@@ -262,14 +266,14 @@ def test_rank_view_predicts_then_shows_what_ranks_reported(no_leftovers):
     assert len({r["pid"] for r in reported}) == 2 and os.getpid() not in {
         r["pid"] for r in reported
     }
-    page = view._renderings()[0].data
+    page = view.renderings()[0].data
     assert "As predicted" in page and page.count("yes (not the notebook)") == 2
 
 
 def test_rank_view_says_when_reports_disagree_with_the_prediction():
     view = widgets.RankAssignment(world_size=2)
     view.with_reports([{"rank": 0, "device": "cpu"}, {"rank": 0, "device": "cpu"}])
-    assert "Not as predicted" in view._renderings()[0].data
+    assert "Not as predicted" in view.renderings()[0].data
 
 
 @pytest.mark.parametrize(
@@ -313,7 +317,7 @@ def test_quiz_checks_answers():
 
 
 def test_quiz_reveal_is_readable_without_a_kernel():
-    page = make_quiz()._renderings()[0].data
+    page = make_quiz().renderings()[0].data
     assert "<code>rank</code>" in page
     assert "<details><summary>Reveal the answer</summary><p><b>B.</b>" in page
 

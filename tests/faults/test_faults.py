@@ -27,7 +27,8 @@ import pytest
 import torch.multiprocessing as mp
 from launch_workers import faulty, healthy
 
-from ddp_lesson import devices, launch, reports
+from ddp_lesson import devices, launch
+from ddp_lesson.launch import processes
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -56,10 +57,15 @@ _healthy_launch_s: list[float] = []
 
 
 def healthy_launch_s() -> float:
-    """Seconds one healthy 2-rank launch takes on this machine right now (measured once)."""
+    """Seconds one healthy 2-rank launch of fresh interpreters takes here right now (once).
+
+    A fresh interpreter importing torch is the slowest way a rank starts
+    (a whole script, torchrun, a kernel's first launch), so it sets the
+    allowance for start-up.
+    """
     if not _healthy_launch_s:
         started = time.monotonic()
-        with launch.bounded(2, timeout_s=120) as run:
+        with launch.bounded(2, timeout_s=120, warm=False) as run:
             mp.spawn(healthy.main, args=(2, run.port), nprocs=2)
         _healthy_launch_s.append(time.monotonic() - started)
     return _healthy_launch_s[0]
@@ -263,7 +269,7 @@ def gone_within(procs: list[psutil.Process], seconds: float) -> list[psutil.Proc
     """
     deadline = time.monotonic() + seconds
     while True:
-        running = [proc for proc in procs if reports._alive(proc.pid)]
+        running = [proc for proc in procs if processes.alive(proc.pid)]
         if not running or time.monotonic() > deadline:
             return running
         time.sleep(0.2)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddp_lesson import data, devices, launch, models, plots, reports
+from ddp_lesson import data, devices, launch, models, reports
+from ddp_lesson.views import plots
 
 CASES = [
     # (call, error, words the message must contain)
@@ -19,8 +20,11 @@ CASES = [
     (lambda: data.sampler_partition(10, 2, seed=1.5), TypeError, "seed must be"),
     (lambda: data.sampler_partition(10, 2, shuffle="yes"), TypeError, "shuffle must be True"),
     (lambda: data.sampler_partition(1, 2, drop_last=True), ValueError, "leaves every rank"),
-    (lambda: devices.device_for(-1, "cpu"), ValueError, "rank must be"),
-    (lambda: devices.device_for(0, "tpu"), ValueError, "device_type must be 'cuda' or 'cpu'"),
+    (lambda: devices.device_for(-1, 2), ValueError, "rank must be"),
+    (lambda: devices.device_for(2, 2), ValueError, "rank must be below world_size"),
+    (lambda: launch.bounded(2, timeout_s=float("nan")), ValueError, "finite number of seconds"),
+    (lambda: launch.bounded(2, timeout_s=float("inf")), ValueError, "finite number of seconds"),
+    (lambda: launch.bounded(2, timeout_s="10"), TypeError, "number of seconds"),
     (lambda: devices.check_world_size(0, gpus=0, cores=2), ValueError, "silently starts nothing"),
     (lambda: devices.check_world_size(1.5, gpus=0, cores=2), TypeError, "whole number"),
     (lambda: launch.bounded(2, timeout_s=-1), ValueError, "timeout_s must be a positive"),

@@ -65,3 +65,11 @@ def floods(rank, world_size, port):
     line = f"rank {rank} says something very loudly " * 4 + "\n"
     for _ in range(100_000):  # about 17 MB per rank
         os.write(1, line.encode())
+
+
+def leaves_quietly(rank, world_size, port):
+    """Rank 1 leaves at once with exit code 0, without a report; rank 0 waits for it."""
+    if rank == 1:
+        os._exit(0)
+    _join(rank, world_size, port, timeout_s=5)
+    all_reduce(torch.ones(1))

@@ -25,29 +25,29 @@ What the course adds around torchrun, and nothing more:
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
-import shlex
-import shutil
 import socket
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import torch.distributed as dist
 
-from . import devices, launch, reports
-from .validate import whole_number
+from .. import devices, reports
+from ..validate import seconds, whole_number
+from . import errors
+from .supervisor import Supervisor, listening_socket
 
 #: The only address the course's processes listen on.
 LOOPBACK = "127.0.0.1"
+
+#: A listening socket handed to the first simulated node for the rendezvous store, and its port.
+RDZV_FD_ENV, RDZV_PORT_ENV = "DDP_LESSON_RDZV_FD", "DDP_LESSON_RDZV_PORT"
+
+#: Bytes of each torchrun invocation's output kept, head and tail (its log is long).
+OUTPUT_KEPT_BYTES = 256 * 1024
 
 #: Variables a torchrun worker reads; the notebook's own values must not leak in.
 TORCHRUN_ENV = (
@@ -79,6 +79,11 @@ class LoopbackTCPStore(dist.TCPStore):
     """
 
     def __init__(self, host_name, port, world_size=None, is_master=False, *args, **kwargs):
+        handed = os.environ.pop(RDZV_FD_ENV, None)  # the launch's socket, used once
+        if is_master and handed and str(port) == os.environ.get(RDZV_PORT_ENV):
+            kwargs["master_listen_fd"] = int(handed)
+        elif handed:
+            os.close(int(handed))
         if is_master and kwargs.get("master_listen_fd") is None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
@@ -133,7 +138,7 @@ def fresh_worker_store_per_round() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m ddp_lesson.elastic ARGS``: torchrun ARGS, loopback stores, restartable."""
+    """``python -m ddp_lesson.launch.elastic ARGS``: torchrun ARGS, loopback stores, restartable."""
     loopback_only()
     fresh_worker_store_per_round()
     from torch.distributed.run import main as torchrun_main
@@ -192,12 +197,6 @@ class TorchrunRun:
         return found
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
-
-
 def _flags(
     nproc_per_node: int, nnodes: int, max_restarts: int, endpoint: str | None
 ) -> list[str]:
@@ -244,20 +243,6 @@ def _node_devices(nnodes: int, nproc_per_node: int) -> tuple[list[dict], int, st
     return [{"CUDA_VISIBLE_DEVICES": ",".join(share)} for share in shares], need, note
 
 
-def _stop_tree(procs: Sequence[subprocess.Popen]) -> None:
-    """Stop each invocation and everything it started, also processes in new sessions."""
-    tree = []
-    for proc in procs:
-        try:
-            parent = psutil.Process(proc.pid)
-            tree += [parent, *parent.children(recursive=True)]
-        except psutil.Error:
-            continue
-    launch.stop_processes(tree)
-    for proc in procs:
-        proc.wait()
-
-
 def _failure(run: TorchrunRun, codes: list[int]) -> str:
     """A few lines on why torchrun failed: its Root Cause block, and the rank's error."""
     node = next(i for i, c in enumerate(codes) if c != 0)
@@ -276,7 +261,8 @@ def _failure(run: TorchrunRun, codes: list[int]) -> str:
         if re.match(r"^[\w.]*(Error|Exception)\b", message) and "ChildFailedError" not in message:
             errors.append(message)
     if errors:
-        lines.append(f"  the rank's error: {errors[-1][:200]}")
+        said = re.sub(r"\]:\d+", "]", errors[-1])  # a port differs on every run
+        lines.append(f"  the rank's error: {said[:200]}")
     lines.append(
         "All of torchrun's output is in the exception's .output (or run.outputs): look "
         "for the worker's traceback above torchrun's summary."
@@ -309,8 +295,8 @@ def torchrun(
 
     Raises:
         FileNotFoundError: ``script`` does not exist yet.
-        launch.LaunchTimeout: the run outlived ``timeout_s``.
-        launch.LaunchError: torchrun failed; the message gives its root cause.
+        LaunchTimeout: the run outlived ``timeout_s``.
+        LaunchError: torchrun failed; the message gives its root cause.
     """
     __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
     if not Path(script).is_file():
@@ -320,149 +306,60 @@ def torchrun(
     whole_number("nproc_per_node", nproc_per_node, minimum=1)
     whole_number("nnodes", nnodes, minimum=1)
     whole_number("max_restarts", max_restarts)
+    seconds("timeout_s", timeout_s)
     node_env, gpus, note = _node_devices(nnodes, nproc_per_node)
-    world_size = devices.check_world_size(nproc_per_node * nnodes, gpus=gpus)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-
-    endpoint = f"{LOOPBACK}:{_free_port()}" if nnodes > 1 else None
-    flags = _flags(nproc_per_node, nnodes, max_restarts, endpoint)
-    tail = [str(script), *map(str, args)]
-    run = TorchrunRun(commands=[" ".join(["torchrun", *flags, *tail])] * nnodes, note=note)
-    folder = tempfile.mkdtemp(prefix="ddp-lesson-torchrun-")
-    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
-    scratch = Path(folder) / "tmp"  # torchrun's own log folders go here, and go with it
-    scratch.mkdir()
-    env.update(
-        {
-            reports.REPORT_DIR_ENV: folder,
-            "TMPDIR": str(scratch),
-            "LOGLEVEL": "INFO",  # torchrun's log says when it restarts and why
-            "OMP_NUM_THREADS": str(devices.threads_per_rank(world_size)),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    logs = [tempfile.TemporaryFile() for _ in range(nnodes)]
-    started = time.monotonic()
-    procs: list[subprocess.Popen] = []
+    devices.check_world_size(nproc_per_node * nnodes, gpus=gpus)
+    run = TorchrunRun(commands=[], note=note)
+    failed: errors.LaunchError | None = None
     try:
-        for log, own in zip(logs, node_env, strict=True):
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "ddp_lesson.elastic", *flags, *tail],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    env={**env, **own},
+        with Supervisor(None, timeout_s) as launch:
+            handed: dict[str, str] = {}
+            endpoint = None
+            if nnodes > 1:  # the rendezvous store listens on the launch's own socket
+                port, fd = listening_socket()
+                endpoint = f"{LOOPBACK}:{port}"
+                handed = {RDZV_FD_ENV: str(fd), RDZV_PORT_ENV: str(port)}
+            flags = _flags(nproc_per_node, nnodes, max_restarts, endpoint)
+            tail = [str(script), *map(str, args)]
+            run.commands = [" ".join(["torchrun", *flags, *tail])] * nnodes
+            env: dict[str, str | None] = {key: None for key in TORCHRUN_ENV}
+            env["LOGLEVEL"] = "INFO"  # torchrun's log says when it restarts and why
+            nodes = []
+            for node, own in enumerate(node_env):
+                extra = {**env, **own, **(handed if node == 0 else {})}
+                argv = [sys.executable, "-m", "ddp_lesson.launch.elastic", *flags, *tail]
+                nodes.append(
+                    launch.command(
+                        argv,
+                        env=extra,
+                        pass_fds=(int(handed[RDZV_FD_ENV]),) if handed and node == 0 else (),
+                        kept=OUTPUT_KEPT_BYTES,
+                    )
                 )
-            )
-        deadline = started + timeout_s
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        timed_out = any(p.poll() is None for p in procs)
-    finally:
-        # a deadline, an interrupted cell or a failed start: stop whatever still runs
-        _stop_tree(procs)
-        for log in logs:
-            log.seek(0)
-            run.outputs.append(log.read().decode(errors="replace"))
-            log.close()
-        run.reports = reports.collect(folder)
-        shutil.rmtree(folder, ignore_errors=True)
-        run.elapsed_s = time.monotonic() - started
-    run.restarts = [out.count("will restart worker group") for out in run.outputs]
-    if timed_out:
-        error = launch.LaunchTimeout(
+            if handed:
+                os.close(int(handed[RDZV_FD_ENV]))  # node 0 holds it now
+            launch.wait(nodes)
+    except errors.LaunchTimeout as timeout:
+        failed = errors.LaunchTimeout(
             f"torchrun did not finish within {timeout_s:g} s, so it was stopped with every "
             f"process it started; ranks that reported back: "
-            f"{[r['rank'] for r in run.reports] or 'none'}. A rank that waits in a "
+            f"{[r['rank'] for r in launch.reports] or 'none'}. A rank that waits in a "
             "collective another rank never reaches, or nodes that never all arrive at the "
             "rendezvous, keep torchrun waiting.",
-            output="\n".join(run.outputs),
+            output=timeout.output,
         )
-        error.run = run
-        raise error
-    codes = [p.returncode for p in procs]
-    if any(codes):
-        error = launch.LaunchError(_failure(run, codes), output="\n".join(run.outputs))
-        error.run = run
-        raise error
+    run.outputs = [node.output for node in launch.commands]
+    run.reports = launch.reports
+    run.elapsed_s = launch.elapsed_s
+    run.restarts = [out.count("will restart worker group") for out in run.outputs]
+    codes = [node.returncode for node in launch.commands]
+    if failed is None and any(codes):
+        failed = errors.LaunchError(_failure(run, codes))
+    if failed is not None:
+        failed.output = "\n".join(run.outputs)
+        failed.run = run
+        raise failed
     return run
-
-
-def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> str:
-    """Check that a SLURM batch script starts ``script`` the way its worker expects.
-
-    Reads the ``#SBATCH`` options and the ``srun torchrun ...`` line, parses
-    that line with torchrun's own argument parser and the script's
-    arguments with the worker's ``parse_args``, and checks the pieces that
-    must agree: one torchrun per node, the nodes SLURM allocates, one rank
-    per GPU, and a c10d rendezvous every node can reach.
-
-    Args:
-        path: the batch script.
-        script: the worker file torchrun should run, e.g. ``"workers/stage_09.py"``.
-        parse_args: the worker's argument parser, called with the script's arguments.
-
-    Returns:
-        A few lines saying what the job will start.
-
-    Raises:
-        ValueError: something does not agree; the message lists every problem.
-    """
-    from torch.distributed.run import get_args_parser
-
-    text = Path(path).read_text().replace("\\\n", " ")
-    sbatch = dict(re.findall(r"^#SBATCH\s+--([\w-]+)=?(\S*)", text, re.M))
-    calls = [
-        shlex.split(line, comments=True)
-        for line in text.splitlines()
-        if "torchrun" in line and not line.lstrip().startswith("#")
-    ]
-    if not calls:
-        raise ValueError(f"{path} has no torchrun line: start it with 'srun torchrun ...'")
-    words = calls[0]
-    problems = []
-    if words[0] != "srun":
-        problems.append("torchrun is not started by srun, so it runs on the first node only")
-    try:
-        with contextlib.redirect_stderr(io.StringIO()) as said:
-            given = get_args_parser().parse_args(words[words.index("torchrun") + 1 :])
-    except SystemExit:
-        raise ValueError(f"torchrun rejects its arguments: {said.getvalue().strip()}") from None
-    if given.training_script != script:
-        problems.append(f"torchrun runs {given.training_script}, not {script}")
-    try:
-        with contextlib.redirect_stderr(io.StringIO()) as said:
-            parse_args(given.training_script_args)
-    except SystemExit:
-        problems.append(f"{script} rejects its arguments: {said.getvalue().strip()}")
-    if sbatch.get("ntasks-per-node") != "1":
-        problems.append("#SBATCH --ntasks-per-node=1 is missing: srun must start one torchrun "
-                        "per node, which then starts that node's ranks")
-    if given.nnodes not in ("$SLURM_NNODES", sbatch.get("nodes")):
-        problems.append(f"--nnodes={given.nnodes} is not the allocation's --nodes "
-                        "(use --nnodes=$SLURM_NNODES)")
-    gpus = sbatch.get("gpus-per-node")
-    if given.nproc_per_node not in ("gpu", gpus):
-        problems.append(f"--nproc-per-node={given.nproc_per_node} is not one rank per GPU "
-                        f"(#SBATCH --gpus-per-node={gpus}; or use --nproc-per-node=gpu)")
-    if given.rdzv_backend != "c10d" or ":" not in given.rdzv_endpoint:
-        problems.append("use --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT of one node")
-    if problems:
-        raise ValueError(f"{path}:\n- " + "\n- ".join(problems))
-    return "\n".join(
-        [
-            f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, --ntasks-per-node=1)",
-            f"ranks per node: one per GPU ({gpus} GPUs, --nproc-per-node="
-            f"{given.nproc_per_node})",
-            f"rendezvous: c10d at {given.rdzv_endpoint}, job id {given.rdzv_id}",
-            f"each rank runs: {script} {' '.join(given.training_script_args)}",
-            f"restarts allowed: {given.max_restarts}",
-        ]
-    )
 
 
 if __name__ == "__main__":

@@ -1,21 +1,22 @@
 """The doctor's static read of a DDP script: what the code says, before it runs.
 
 :func:`read` parses a learner's file with :mod:`ast` (nothing is imported or
-run) and returns a :class:`Reading`: how the doctor should start the file,
-the lines that own each stage (where ``mp.spawn``, ``init_process_group``,
-the training ``DataLoader``, the model and ``destroy_process_group`` are),
-and the mistakes that can be seen in the code alone. :mod:`ddp_lesson.doctor`
-adds what a real run shows.
+run) and returns a :class:`Reading`: how the doctor should start the file
+(the three launch styles), which stage owns each line (where ``mp.spawn``,
+``init_process_group``, the ``DataLoader``, the model and
+``destroy_process_group`` are, also inside classes and helper functions),
+and what the code alone suggests is wrong. The run decides: a finding here
+explains or locates what the run shows, it never makes a verdict on its own
+(:mod:`ddp_lesson.doctor.judge`).
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-
-#: Stage keys, in the order the script runs them.
-STAGES = ("spawning", "process_group", "data_division", "model_wrapping", "teardown")
 
 #: Collectives: every rank of the group must call each of them, in the same order.
 COLLECTIVES = frozenset(
@@ -39,14 +40,53 @@ COLLECTIVES = frozenset(
     }
 )
 
+#: How the doctor starts a file (:attr:`Reading.mode`).
+SCRIPT, WORKER, TORCHRUN = "script", "worker", "torchrun"
+
+#: The calls that belong to each stage: a line that raises inside one of them
+#: is that stage's (the model's forward pass is found separately).
+STAGE_CALLS = {
+    "spawning": {"spawn", "start_processes"},
+    "process_group": {
+        "init_process_group",
+        "new_group",
+        "get_rank",
+        "get_world_size",
+        "monitored_barrier",
+        "TCPStore",
+        "init_device_mesh",
+        *COLLECTIVES,
+    },
+    "data_division": {"DataLoader", "DistributedSampler", "set_epoch"},
+    "model_wrapping": {
+        "DistributedDataParallel",
+        "set_device",
+        "backward",
+        "step",
+        "zero_grad",
+    },
+    "teardown": {"destroy_process_group"},
+}
+
+#: Environment variables that torchrun sets for every process it starts.
+TORCHRUN_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
+
+#: Addresses that mean "listen on every network interface".
+ALL_INTERFACES = frozenset({"0.0.0.0", "::"})
+
 
 @dataclass
 class Finding:
-    """One mistake: the stage it belongs to, what shows it, and the line that owns the fix."""
+    """One mistake: the stage it belongs to, what shows it, and the line that owns the fix.
+
+    ``needs`` names what a run must have done to show the mistake (e.g.
+    ``"epochs"``: more than one epoch), when a short run may not have.
+    """
 
     stage: str
     evidence: str
     line: int | None
+    needs: str = ""
 
 
 @dataclass
@@ -56,11 +96,19 @@ class Reading:
     Attributes:
         path: the file.
         problem: set when the file cannot be diagnosed at all (a one-line reason).
-        mode: ``"script"`` (its ``__main__`` block calls ``mp.spawn``: run it as
-            a whole) or ``"worker"`` (it defines ``main(rank, world_size, ...)``:
-            the doctor spawns it).
-        findings: mistakes visible in the code.
+        mode: how to start it: ``"script"`` (its ``__main__`` block calls
+            ``mp.spawn``: run it as a whole), ``"torchrun"`` (it joins a group
+            from the environment torchrun sets: run it under torchrun) or
+            ``"worker"`` (it defines ``main(rank, world_size, ...)``: the
+            doctor starts the processes and calls it).
+        findings: mistakes the code suggests (the run confirms or not).
+        warnings: what is worth knowing though no stage is at fault
+            (listening on every network interface, ...).
         lines: the line that owns each stage, where one was found.
+        owners: the stage each line belongs to (a call of that stage is on it).
+        sources: each line's text, to quote it.
+        nprocs: the number of processes ``mp.spawn`` is asked for, when the
+            code gives it as a constant.
         hard_nccl: ``init_process_group`` is given the literal backend ``"nccl"``.
         asks_device_count: the code calls ``torch.cuda.device_count()``.
         unstartable: set when the file cannot be run as written (a finding
@@ -71,10 +119,20 @@ class Reading:
     problem: str = ""
     mode: str = ""
     findings: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)
+    owners: dict[int, str] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list, repr=False)
+    nprocs: int | None = None
     hard_nccl: bool = False
     asks_device_count: bool = False
     unstartable: bool = False
+
+    def source(self, line: int | None) -> str:
+        """The text of ``line`` (stripped), or ``""``."""
+        if line is None or not 0 < line <= len(self.sources):
+            return ""
+        return self.sources[line - 1].strip()
 
 
 def _name(call: ast.Call) -> str:
@@ -110,17 +168,26 @@ def _is_main_block(node: ast.stmt) -> bool:
     )
 
 
-def _unguarded_spawns(tree: ast.Module) -> list[ast.Call]:
-    """``mp.spawn`` calls that run when the file is imported: at the top level, unguarded."""
-    found: list[ast.Call] = []
-    pending: list[ast.AST] = [n for n in tree.body if not _is_main_block(n)]
+def _top_level(tree: ast.Module, skip_main: bool = True) -> list[ast.AST]:
+    """Every node that runs when the file is imported (not inside a def or a class body's defs)."""
+    found: list[ast.AST] = []
+    pending: list[ast.AST] = [n for n in tree.body if not (skip_main and _is_main_block(n))]
     while pending:
         node = pending.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             continue  # runs only when called
-        if isinstance(node, ast.Call) and _name(node) in ("spawn", "start_processes"):
-            found.append(node)
+        found.append(node)
         pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _unguarded_spawns(tree: ast.Module) -> list[ast.Call]:
+    """``mp.spawn`` calls that run when the file is imported: at the top level, unguarded."""
+    found = [
+        n
+        for n in _top_level(tree)
+        if isinstance(n, ast.Call) and _name(n) in STAGE_CALLS["spawning"]
+    ]
     return sorted(found, key=lambda n: n.lineno)
 
 
@@ -129,6 +196,8 @@ def _mentions_rank(node: ast.AST) -> bool:
         if isinstance(sub, ast.Name) and "rank" in sub.id:
             return True
         if isinstance(sub, ast.Attribute) and "rank" in sub.attr:
+            return True
+        if isinstance(sub, ast.Call) and _name(sub) == "get_rank":
             return True
     return False
 
@@ -169,6 +238,18 @@ def _same(a: ast.expr | None, b: ast.expr | None, scope: _Scope) -> bool:
     return ast.dump(scope.resolve(a)) == ast.dump(scope.resolve(b))
 
 
+def _decode(path: Path) -> str:
+    """The file's text, or ``ValueError`` saying why it is not Python source."""
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise ValueError("it holds binary data (NUL bytes)")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        raise ValueError(f"it is not text a Python file can hold ({error})") from None
+
+
 def read(path: str | Path) -> Reading:
     """Read the Python file at ``path`` and report what its code shows.
 
@@ -177,18 +258,28 @@ def read(path: str | Path) -> Reading:
 
     Returns:
         A :class:`Reading`; ``reading.problem`` is set (one line, naming the
-        fix) when the file is missing, does not parse, or gives the doctor no
-        way to start it.
+        fix) when the file is missing, is not Python source, does not parse,
+        or gives the doctor no way to start it.
     """
     path = Path(path)
     reading = Reading(path)
-    if not path.is_file():
+    example = "(e.g. python -m ddp_lesson doctor workers/stage_06.py)"
+    if path.is_dir():
         reading.problem = (
-            f"{path} does not exist: pass the path of your script "
-            "(e.g. python -m ddp_lesson doctor workers/stage_06.py)"
+            f"{path} is a directory, not a Python file: pass the path of your script "
+            f"inside it {example}"
         )
         return reading
-    source = path.read_text(errors="replace")
+    if not path.is_file():
+        reading.problem = f"{path} does not exist: pass the path of your script {example}"
+        return reading
+    try:
+        source = _decode(path)
+    except (OSError, ValueError) as error:
+        reading.problem = (
+            f"{path.name} is not Python source: {error}; pass the .py file of your script"
+        )
+        return reading
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as error:
@@ -197,11 +288,14 @@ def read(path: str | Path) -> Reading:
             f"({(error.text or '').strip()!r}); fix that line and run the doctor again"
         )
         return reading
+    reading.sources = source.splitlines()
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    _read_warnings(reading, tree)
+    _read_owners(reading, tree)
     unguarded = _unguarded_spawns(tree)
     if unguarded:
         line = unguarded[0].lineno
-        reading.mode, reading.unstartable = "script", True
+        reading.mode, reading.unstartable = SCRIPT, True
         reading.lines["spawning"] = line
         reading.findings.append(
             Finding(
@@ -217,16 +311,27 @@ def read(path: str | Path) -> Reading:
         )
         return reading
     main_blocks = [n for n in tree.body if _is_main_block(n)]
-    spawns = [c for block in main_blocks for c in _calls(block, "spawn", "start_processes")]
+    spawns = [c for block in main_blocks for c in _calls(block, *STAGE_CALLS["spawning"])]
+    top_inits = [
+        n
+        for n in _top_level(tree, skip_main=False)
+        if isinstance(n, ast.Call) and _name(n) == "init_process_group"
+    ]
     if spawns:
-        reading.mode = "script"
+        reading.mode = SCRIPT
+    elif main_blocks and _joins_from_environment(tree):
+        reading.mode = TORCHRUN
     elif "main" in functions:
-        reading.mode = "worker"
+        reading.mode = WORKER
+        reading.lines["spawning"] = functions["main"].lineno  # what the processes call
+    elif main_blocks or top_inits:
+        reading.mode = TORCHRUN
     else:
         reading.problem = (
-            f"{path.name} has no main(rank, world_size, ...) function and no "
-            "`if __name__ == \"__main__\":` block that calls mp.spawn, so the doctor "
-            "cannot start it: define main(rank, world_size, ...) as the lesson does"
+            f"{path.name} has no way to start: no main(rank, world_size, ...) function, no "
+            "`if __name__ == \"__main__\":` block (one that calls mp.spawn, or one that "
+            "torchrun can run) and no top-level init_process_group; define "
+            "main(rank, world_size, ...) as the lesson does, or add the __main__ block"
         )
         return reading
     reading.asks_device_count = bool(_calls(tree, "device_count"))
@@ -235,6 +340,103 @@ def read(path: str | Path) -> Reading:
     _read_data(reading, tree, functions)
     _read_model(reading, tree, functions)
     return reading
+
+
+def _environment_key(node: ast.AST) -> str | None:
+    """``"RANK"`` for ``os.environ["RANK"]``, ``os.environ.get("RANK")``, ``os.getenv("RANK")``."""
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
+        key = node.slice
+    elif isinstance(node, ast.Call) and node.args and (
+        _name(node) == "getenv"
+        or (_name(node) == "get" and ast.unparse(node.func).endswith("environ.get"))
+    ):
+        key = node.args[0]
+    else:
+        return None
+    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+
+
+def _joins_from_environment(tree: ast.Module) -> bool:
+    """True when the code takes its rank from the environment, as a torchrun script does."""
+    for node in ast.walk(tree):
+        if _environment_key(node) in TORCHRUN_VARIABLES:
+            return True
+        if isinstance(node, ast.Call) and _name(node) == "init_process_group":
+            rank = _keyword(node, "rank", 4)
+            method = _keyword(node, "init_method", 1)
+            if rank is None or (isinstance(method, ast.Constant) and method.value == "env://"):
+                return True
+    return False
+
+
+def _read_warnings(reading: Reading, tree: ast.Module) -> None:
+    """What is worth a warning though it is no stage's fault: listening on every interface."""
+    seen: set[int] = set()
+    for node in ast.walk(tree):
+        address = None
+        if isinstance(node, ast.Constant) and node.value in ALL_INTERFACES:
+            address = node.value
+        elif isinstance(node, ast.Call) and _name(node) == "bind" and node.args:
+            target = node.args[0]
+            first = target.elts[0] if isinstance(target, ast.Tuple) and target.elts else None
+            if isinstance(first, ast.Constant) and first.value == "":
+                address = ""
+        if address is None or node.lineno in seen:
+            continue
+        seen.add(node.lineno)
+        said = f"{address!r}" + (" (an empty host)" if address == "" else "")
+        reading.warnings.append(
+            Finding(
+                "",
+                f"line {node.lineno} uses the address {said}, which listens on every network "
+                "interface, so other machines can reach this process; the doctor ran it on "
+                "127.0.0.1 only. Use 127.0.0.1 (or localhost) unless other machines must "
+                "connect",
+                node.lineno,
+            )
+        )
+
+
+def _ddp_aliases(tree: ast.Module) -> list[str]:
+    aliases = ["DDP", "DistributedDataParallel"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "DistributedDataParallel" and alias.asname:
+                    aliases.append(alias.asname)
+    return aliases
+
+
+def _wrapped_names(tree: ast.Module) -> set[str]:
+    """What the DDP wrapper is assigned to: ``model``, ``self.model``..."""
+    aliases = _ddp_aliases(tree)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if _name(node.value) in aliases:
+                names.update(ast.unparse(t) for t in node.targets)
+    return names
+
+
+def _read_owners(reading: Reading, tree: ast.Module) -> None:
+    """Which stage each line belongs to: the innermost stage call on it, wherever it is."""
+    stage_of = {name: key for key, names in STAGE_CALLS.items() for name in names}
+    for alias in _ddp_aliases(tree):
+        stage_of[alias] = "model_wrapping"
+    wrapped = _wrapped_names(tree)
+    spans: list[tuple[int, int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            key = stage_of.get(_name(node))
+            if key is None and ast.unparse(node.func) in wrapped:
+                key = "model_wrapping"  # a forward pass through the DDP wrapper
+            if key is not None:
+                spans.append((node.lineno, node.end_lineno or node.lineno, key))
+    for _, loop in _training_loops(tree):  # fetching a batch splits the data
+        spans.append((loop.lineno, loop.lineno, "data_division"))
+    for start, end, key in sorted(spans, key=lambda s: s[0] - s[1]):  # widest first
+        for line in range(start, end + 1):
+            reading.owners[line] = key
 
 
 def _read_spawn(reading: Reading, spawns: list[ast.Call], functions, scope: _Scope) -> None:
@@ -247,6 +449,10 @@ def _read_spawn(reading: Reading, spawns: list[ast.Call], functions, scope: _Sco
     params = [a.arg for a in main.args.posonlyargs + main.args.args] if main else []
     args = scope.resolve(_keyword(call, "args", 1), call.lineno)
     items = args.elts if isinstance(args, ast.Tuple) else None
+    nprocs = _keyword(call, "nprocs", 2)
+    resolved = scope.resolve(nprocs, call.lineno)
+    if isinstance(resolved, ast.Constant) and isinstance(resolved.value, int):
+        reading.nprocs = resolved.value
     before = len(reading.findings)
     if items is not None:
         if any(isinstance(e, ast.Name) and e.id in ("rank", "local_rank") for e in items):
@@ -271,7 +477,6 @@ def _read_spawn(reading: Reading, spawns: list[ast.Call], functions, scope: _Sco
             )
     if len(reading.findings) > before:
         return  # with rank in args, every later argument is shifted: nothing more to read
-    nprocs = _keyword(call, "nprocs", 2)
     world = None
     if items is not None and "world_size" in params:
         at = params.index("world_size") - 1
@@ -354,16 +559,21 @@ def _loop_source(loop: ast.For) -> ast.expr:
 
 
 def _training_loops(tree: ast.AST) -> list[tuple[ast.FunctionDef | None, ast.For]]:
-    """(function, loop) for every for loop whose body calls ``.backward()``."""
-    found = []
+    """(function, loop) for every for loop whose body trains (calls ``.backward()``).
+
+    A loop whose body calls a method or function of the file that trains
+    (``for x, y in loader: self._run_batch(x, y)``) trains too.
+    """
     owners = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    trains = {o.name for o in owners if _calls(o, "backward")}
+    for _ in range(3):  # callers of callers
+        trains |= {o.name for o in owners if _calls(o, *trains)}
+    found = []
     for owner in owners:
         for loop in ast.walk(owner):
-            if isinstance(loop, ast.For) and _calls(loop, "backward"):
-                inner = [
-                    n for n in ast.walk(loop) if isinstance(n, ast.For) and n is not loop
-                ]
-                if not any(_calls(n, "backward") for n in inner):
+            if isinstance(loop, ast.For) and _calls(loop, "backward", *trains):
+                inner = [n for n in ast.walk(loop) if isinstance(n, ast.For) and n is not loop]
+                if not any(_calls(n, "backward", *trains) for n in inner):
                     found.append((owner, loop))
     return found
 
@@ -385,7 +595,18 @@ def _loader_call(expr: ast.expr, owner: ast.AST, tree: ast.AST, functions) -> as
     return None
 
 
+def _shuffles(sampler: ast.expr | None) -> bool:
+    """False when the code builds the sampler with ``shuffle=False`` (its order never changes)."""
+    if not isinstance(sampler, ast.Call):
+        return True
+    shuffle = _keyword(sampler, "shuffle")
+    return not (isinstance(shuffle, ast.Constant) and shuffle.value is False)
+
+
 def _read_data(reading: Reading, tree: ast.Module, functions) -> None:
+    loaders = _calls(tree, "DataLoader")
+    if loaders:
+        reading.lines["data_division"] = loaders[0].lineno
     for owner, loop in _training_loops(tree):
         loader = _loader_call(_loop_source(loop), owner, tree, functions)
         if loader is None:
@@ -405,14 +626,12 @@ def _read_data(reading: Reading, tree: ast.Module, functions) -> None:
             )
             return
         distributed = isinstance(sampler, ast.Call) and _name(sampler) == "DistributedSampler"
-        shuffle = _keyword(sampler, "shuffle") if isinstance(sampler, ast.Call) else None
-        shuffles = not (isinstance(shuffle, ast.Constant) and shuffle.value is False)
         epochs = [
             n
             for n in ast.walk(owner)
             if isinstance(n, ast.For) and n is not loop and loop in list(ast.walk(n))
         ]
-        if distributed and shuffles and epochs and not _calls(tree, "set_epoch"):
+        if distributed and _shuffles(sampler) and epochs and not _calls(tree, "set_epoch"):
             reading.findings.append(
                 Finding(
                     "data_division",
@@ -420,6 +639,7 @@ def _read_data(reading: Reading, tree: ast.Module, functions) -> None:
                     "with the same seed every epoch and every epoch repeats one order; call "
                     "train_loader.sampler.set_epoch(epoch) at the top of the loop",
                     epochs[-1].lineno,
+                    needs="epochs",
                 )
             )
         return
@@ -445,7 +665,7 @@ def _constant_device(expr: ast.expr | None) -> str | None:
 
 
 def _read_model(reading: Reading, tree: ast.Module, functions) -> None:
-    wrappers = _calls(tree, "DistributedDataParallel", *_ddp_aliases(tree))
+    wrappers = _calls(tree, *_ddp_aliases(tree))
     optimizers = [
         c
         for c in ast.walk(tree)
@@ -479,7 +699,7 @@ def _read_model(reading: Reading, tree: ast.Module, functions) -> None:
                         )
                     )
         for opt in optimizers:
-            if owner.name != "<module>" and any(opt is n for n in ast.walk(owner)):
+            if any(opt is n for n in ast.walk(owner)):
                 model = opt.args[0].func.value.id
                 model_line = scope.line_of(model, opt.lineno) or opt.lineno
     if model_line is not None:
@@ -488,25 +708,21 @@ def _read_model(reading: Reading, tree: ast.Module, functions) -> None:
         reading.lines["model_wrapping"] = wrappers[0].lineno
         _read_forward(reading, tree, wrappers)
     elif model_line is not None or optimizers:
+        by_hand = [c for c in _calls(tree, "all_reduce") if "grad" in ast.unparse(c)]
         reading.findings.append(
             Finding(
                 "model_wrapping",
-                "nothing wraps the model in DistributedDataParallel, so each process "
+                f"the model is not wrapped in DistributedDataParallel and the code averages "
+                f"gradients itself (all_reduce at line {by_hand[0].lineno}); by hand, every "
+                "rank must also start from the same weights (broadcast rank 0's parameters "
+                "first) and average every gradient; DDP(model) does both"
+                if by_hand
+                else "nothing wraps the model in DistributedDataParallel, so each process "
                 "trains its own copy and gradients are never averaged; after moving it to "
                 "its device, wrap it: model = DDP(model, ...)",
                 model_line,
             )
         )
-
-
-def _ddp_aliases(tree: ast.Module) -> list[str]:
-    aliases = ["DDP"]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            for alias in node.names:
-                if alias.name == "DistributedDataParallel" and alias.asname:
-                    aliases.append(alias.asname)
-    return aliases
 
 
 def _read_forward(reading: Reading, tree: ast.Module, wrappers: list[ast.Call]) -> None:

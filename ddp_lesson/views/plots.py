@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from .data import padding_of
-from .validate import rows_of_mappings, whole_number
+from ..data import padding_of
+from ..validate import rows_of_mappings, whole_number
 
 #: One colour per rank, used by every picture of the course.
 RANK_COLOURS = plt.get_cmap("tab10").colors
@@ -214,3 +214,116 @@ def shards_picture(reports: Sequence[Mapping], size: int, key: str = "indices") 
     fig.tight_layout()
     plt.close(fig)
     return fig
+
+
+# -- the benchmark's pictures ------------------------------------------------------------
+def _axes(ax, size=(5.0, 3.2)):
+    if ax is not None:
+        return ax.figure, ax
+    return plt.subplots(figsize=size)
+
+
+def _done(fig, own: bool):
+    if own:
+        fig.tight_layout()
+        plt.close(fig)
+    return fig
+
+
+def throughput_picture(rows: Sequence[dict], ax=None):
+    """Samples per second against global batch, one line per setup, bars from min to max.
+
+    Args:
+        rows: what :func:`training` returned.
+        ax: draw into this matplotlib axes instead of a new figure.
+    """
+    fig, axes = _axes(ax)
+    setups = list(dict.fromkeys(r["setup"] for r in rows))
+    for n, setup in enumerate(setups):
+        mine = sorted((r for r in rows if r["setup"] == setup), key=lambda r: r["batch"])
+        batches = [r["batch"] for r in mine]
+        median = [r["samples_per_s"] for r in mine]
+        spread = [
+            [m - r["min"] for m, r in zip(median, mine, strict=True)],
+            [r["max"] - m for m, r in zip(median, mine, strict=True)],
+        ]
+        axes.errorbar(
+            batches,
+            median,
+            yerr=spread,
+            marker="o",
+            capsize=3,
+            label=setup,
+            color=RANK_COLOURS[n % 10],
+        )
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("global batch (all ranks together)")
+    axes.set_ylabel("samples per second")
+    axes.set_title("training throughput (median, min-max)")
+    axes.legend(fontsize=8)
+    return _done(fig, ax is None)
+
+
+def scaling_picture(rows: Sequence[dict], ax=None):
+    """Samples per second against global batch: world 1, world N, and N ranks alone; min-max bars.
+
+    Args:
+        rows: what :func:`ddp_lesson.bench.scaling` returned.
+        ax: draw into this matplotlib axes instead of a new figure.
+    """
+    fig, axes = _axes(ax)
+    world = rows[0]["world_size"]
+    batches = [r["batch"] for r in rows]
+    lines = (
+        ("world1", 1, "world 1: one rank, the whole machine"),
+        ("worldN", 1, f"world {world}"),
+        ("alone", world, f"{world} x one rank alone (no exchange)"),
+    )
+    for n, (key, times, label) in enumerate(lines):
+        median = [times * r[key] for r in rows]
+        spread = [
+            [times * (r[key] - r[f"{key}_min"]) for r in rows],
+            [times * (r[f"{key}_max"] - r[key]) for r in rows],
+        ]
+        axes.errorbar(batches, median, yerr=spread, marker="o", capsize=3, label=label,
+                      color=RANK_COLOURS[n % 10])  # fmt: skip
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("global batch (all ranks together)")
+    axes.set_ylabel("samples per second")
+    axes.set_title("training throughput (median, min-max)")
+    axes.legend(fontsize=8)
+    return _done(fig, ax is None)
+
+
+def allreduce_picture(rows: Sequence[dict], ax=None):
+    """Time of one ``all_reduce`` against tensor size, log-log: median with min-max, and minimum."""
+    fig, axes = _axes(ax)
+    sizes = [r["bytes"] for r in rows]
+    median = [r["ms"] for r in rows]
+    spread = [[r["ms"] - r["min_ms"] for r in rows], [r["max_ms"] - r["ms"] for r in rows]]
+    axes.errorbar(sizes, median, yerr=spread, marker="o", capsize=3, color="tab:blue",
+                  label="median, min-max")  # fmt: skip
+    axes.plot(sizes, [r["min_ms"] for r in rows], marker="s", color="tab:green",
+              label="minimum: what a call costs")  # fmt: skip
+    axes.legend(fontsize=8)
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xticks(sizes, [r["size"] for r in rows], rotation=45, fontsize=8)
+    axes.set_xlabel("tensor size")
+    axes.set_ylabel("ms per all_reduce")
+    axes.set_title("all_reduce between the ranks (median, min-max)")
+    return _done(fig, ax is None)
+
+
+def startup_picture(rows: Sequence[dict], ax=None):
+    """One horizontal bar per launch stage: median seconds, with min to max."""
+    fig, axes = _axes(ax)
+    stages = [r for r in rows if r["stage"] != "total"]
+    names = [r["stage"] for r in stages]
+    median = [r["median"] for r in stages]
+    spread = [[r["median"] - r["min"] for r in stages], [r["max"] - r["median"] for r in stages]]
+    axes.barh(names, median, xerr=spread, capsize=3, color="tab:grey")
+    axes.invert_yaxis()
+    axes.set_xlabel("seconds")
+    axes.set_title("where a small DDP launch spends its time")
+    return _done(fig, ax is None)

@@ -20,7 +20,6 @@ import copy
 import hashlib
 import json
 import re
-import sys
 from pathlib import Path
 
 import nbformat
@@ -160,10 +159,6 @@ def generate(root: Path, check: bool = False) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2])
     args = parser.parse_args(argv)
     return 1 if generate(args.root, check=args.check) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,140 @@
+"""What each process of a diagnosed run records: one typed record, written and read.
+
+The probe (:mod:`ddp_lesson.doctor.probe`) fills one :class:`ProcessRecord`
+per process and sends it after every event, so a process that hangs or
+dies still leaves its evidence; the judge (:mod:`ddp_lesson.doctor.judge`)
+reads the records by attribute. Nested entries (a loader's epoch, a DDP
+wrap) are plain dicts whose keys are listed here. :class:`Settings` is what
+the doctor tells the processes it runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+#: The environment variable that carries :class:`Settings` to a process the
+#: doctor starts as a whole program (a script, torchrun), and to its children.
+SETTINGS_ENV = "DDP_LESSON_DOCTOR"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the doctor tells every process of a run it records.
+
+    Attributes:
+        folder: where the processes send their records.
+        file: the learner's file (its real path): lines are reported in it.
+        port: the doctor's store on 127.0.0.1, where every group meets.
+        nprocs: processes the doctor started (0: the script decides).
+        batches: batches of each epoch a loader hands out.
+        wait_s: seconds a rank waits for the others (joining, at a collective).
+        stand_in: the machine has no GPU for every rank, so CUDA code runs on
+            the CPU (NCCL as gloo, ``cuda`` devices as the CPU), as the
+            course's device policy does (:func:`ddp_lesson.devices.gpus_for`).
+        gpus: what ``torch.cuda.device_count()`` answers then, so that a
+            script written for GPUs starts its processes (0: leave it alone).
+    """
+
+    folder: str
+    file: str
+    port: int
+    nprocs: int = 0
+    batches: int = 4
+    wait_s: float = 20.0
+    stand_in: bool = False
+    gpus: int = 0
+
+    def to_env(self) -> dict[str, str]:
+        """The settings as the environment of a program the doctor starts."""
+        return {SETTINGS_ENV: json.dumps(asdict(self))}
+
+    @classmethod
+    def from_env(cls, environ) -> Settings | None:
+        """The settings a process was started with, if the doctor started it."""
+        text = environ.get(SETTINGS_ENV)
+        return cls(**json.loads(text)) if text else None
+
+
+@dataclass(eq=False)  # records compare by identity: they hold tensors
+class ProcessRecord:
+    """Everything the doctor saw one process do.
+
+    Attributes:
+        index: the process number ``mp.spawn`` gave it, or torchrun's
+            ``RANK`` (0 for the script's own process).
+        claimed_rank, claimed_world_size: what it told ``init_process_group``.
+        init: ``{"line", "asked", "backend", "joined", "address"}`` of its
+            ``init_process_group`` call, once made (``address``: the
+            ``MASTER_ADDR`` it had set).
+        placements: ``{"asked", "line"}`` per ``model.to(...)`` of the learner's.
+        set_device: ``{"asked", "line"}`` per ``torch.cuda.set_device``.
+        loaders: ``{"line", "loader", "size", "sampler", "shuffle", "epoch",
+            "indices", "batches", "used", "trained"}`` per epoch of a ``DataLoader``.
+        ddp: ``{"line", "device_ids", "module_device", "asked", "error",
+            "find_unused", "unused"}`` per ``DistributedDataParallel(...)``;
+            ``unused``: its parameters that got no gradient in the first
+            backward pass.
+        forwards: forward passes through DDP (``wrapped``), around it
+            (``raw``), and the line of the first raw one (``raw_line``).
+        steps: ``{"params", "grads"}`` sums after each of the first optimiser steps.
+        params: the parameters after the last recorded step (a tensor: all of
+            them, or evenly spaced values of a large model's).
+        trained: ``{"at", "sum", "count"}`` for the first backward passes:
+            the sum of the parameters that pass trains, as the forward pass
+            used them (``at`` 0 is before any update); this needs no optimiser.
+        collectives: ``{"op", "line"}`` per collective called from the learner's file.
+        waiting: ``{"op", "line"}`` while it waits in a collective.
+        destroyed: ``{"line"}`` of its ``destroy_process_group`` call.
+        returned: its function (or script) ended normally.
+        alive_at_return: the group was still initialised when it returned.
+        error: ``{"type", "message", "line", "stage", "time",
+            "interrupted", "call", "import"}`` when it raised: ``stage`` is
+            the stage of the torch call that raised (``None``: not a DDP
+            call), ``interrupted`` that it was stopped from outside
+            (KeyboardInterrupt), ``call`` that ``main`` could not
+            be called with the arguments given.
+        stop: ``{"stage", "evidence", "line", "time"}`` when the doctor stopped it.
+        stopped_at: the line it was running when the deadline stopped it.
+        spawns: for the script's own process, ``{"nprocs", "nargs", "line"}``
+            per ``mp.spawn`` call.
+        script: this is the script's own process, not a rank.
+    """
+
+    index: int
+    claimed_rank: int | None = None
+    claimed_world_size: int | None = None
+    init: dict | None = None
+    placements: list[dict] = field(default_factory=list)
+    set_device: list[dict] = field(default_factory=list)
+    loaders: list[dict] = field(default_factory=list)
+    ddp: list[dict] = field(default_factory=list)
+    forwards: dict = field(default_factory=lambda: {"wrapped": 0, "raw": 0, "raw_line": None})
+    steps: list[dict] = field(default_factory=list)
+    params: object = None
+    trained: list[dict] = field(default_factory=list)
+    collectives: list[dict] = field(default_factory=list)
+    waiting: dict | None = None
+    destroyed: dict | None = None
+    returned: bool = False
+    alive_at_return: bool = False
+    error: dict | None = None
+    stop: dict | None = None
+    stopped_at: int | None = None
+    spawns: list[dict] = field(default_factory=list)
+    script: bool = False
+
+    @property
+    def rank(self) -> int:
+        """The process number (``index``), as every report names it."""
+        return self.index
+
+    def fields(self) -> dict:
+        """The record as a report's fields (what crosses from the process to the doctor)."""
+        return {k: v for k, v in asdict(self).items() if k != "index"}
+
+    @classmethod
+    def from_report(cls, report: dict) -> ProcessRecord:
+        """The record a process sent (its report's ``rank`` is the process's index)."""
+        known = {f.name for f in fields(cls)}
+        return cls(index=report["rank"], **{k: v for k, v in report.items() if k in known})

@@ -1,0 +1,187 @@
+"""Running a learner's file for the doctor: briefly, for real, bounded, every process recorded.
+
+One way to start each launch style, all under one supervised launch
+(:mod:`ddp_lesson.launch`): its deadline, its store on 127.0.0.1 (where
+every group the file makes meets) and its tree stop.
+
+* ``worker``: the doctor starts ``world_size`` warm processes that call
+  ``main(rank, world_size, *args)``;
+* ``script``: one warm process runs the file as ``__main__``; the processes
+  its ``mp.spawn`` starts are recorded (see :mod:`.start`);
+* ``torchrun``: ``torchrun --standalone --nproc-per-node=N file args`` (the
+  course's loopback-only runner, ``python -m ddp_lesson.launch.elastic``),
+  each process it starts recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .read import SCRIPT, TORCHRUN, WORKER, Reading
+from .record import ProcessRecord, Settings
+
+#: Batches of each epoch the run actually uses (every index is still recorded).
+BATCHES = 4
+
+#: Seconds a rank waits for the others (joining the group, at a collective).
+WAIT_S = 20
+
+
+@dataclass
+class Outcome:
+    """What a run of the file left behind.
+
+    Attributes:
+        ranks: one record per rank, sorted by rank.
+        script: the record of the script's own process (``script`` launches).
+        error: the launch's error, if it ended with one (a rank failed, the deadline).
+        timed_out: the deadline stopped the run.
+        timeout_s: the deadline, in seconds.
+        output: what the processes printed.
+        launch: how the file was started, as a reader would type or say it.
+        codes: the exit code of each whole program started (the script, torchrun).
+        stand_in: CUDA ran on the CPU (no GPU for every rank).
+        gpus: the CUDA GPUs this machine has.
+    """
+
+    ranks: list[ProcessRecord] = field(default_factory=list)
+    script: ProcessRecord | None = None
+    error: Exception | None = None
+    timed_out: bool = False
+    timeout_s: float = 0.0
+    output: str = ""
+    launch: str = ""
+    codes: list[int | None] = field(default_factory=list)
+    stand_in: bool = False
+    gpus: int = 0
+
+
+def describe(reading: Reading, world_size: int, args: Sequence) -> str:
+    """How the doctor starts the file, in words (what :attr:`Outcome.launch` says)."""
+    name = reading.path.name
+    tail = " ".join([name, *map(str, args)])
+    if reading.mode == TORCHRUN:
+        return f"torchrun --standalone --nproc-per-node={world_size} {tail}"
+    if reading.mode == SCRIPT:
+        return f"python {tail} (its mp.spawn starts the processes)"
+    given = ", ".join(["rank", str(world_size), *map(repr, args)])
+    return f"main({given}) in {world_size} processes started by the doctor"
+
+
+def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> Outcome:
+    """Run the file as its launch style asks, under the probe; return what it left."""
+    import torch
+
+    from .. import devices, launch
+    from ..launch import elastic
+    from ..launch.supervisor import FOLDER_PREFIX
+    from . import start
+
+    if reading.mode != TORCHRUN:
+        _warm_up()
+    folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-doctor-")
+    path = os.path.realpath(reading.path)
+    stand_in = not devices.gpus_for(world_size)
+    gpus = world_size if reading.asks_device_count and stand_in else 0
+    outcome = Outcome(
+        launch=describe(reading, world_size, args),
+        timeout_s=timeout_s,
+        stand_in=stand_in,
+        gpus=torch.cuda.device_count(),
+    )
+    supervisor = None
+    quiet = io.StringIO()  # a launch prints what its ranks printed: kept in the outcome instead
+    try:
+        with contextlib.redirect_stdout(quiet):
+            ranks = None if reading.mode == TORCHRUN else world_size
+            if reading.mode == SCRIPT:
+                ranks = 1  # the script's own process; it starts the rest
+            with launch.Supervisor(ranks, timeout_s) as supervisor:
+                settings = Settings(
+                    folder=folder,
+                    file=path,
+                    port=supervisor.port,
+                    nprocs=world_size if reading.mode != SCRIPT else 0,
+                    batches=BATCHES,
+                    wait_s=min(WAIT_S, timeout_s),
+                    stand_in=stand_in,
+                    gpus=gpus,
+                )
+                if reading.mode == WORKER:
+                    launch.start(
+                        start.run_worker,
+                        args=(settings, world_size, path, tuple(args)),
+                        nprocs=world_size,
+                    )
+                elif reading.mode == SCRIPT:
+                    launch.start(
+                        start.run_script, args=(settings, path, list(map(str, args))), nprocs=1
+                    )
+                else:
+                    flags = [
+                        "--standalone",
+                        f"--nproc-per-node={world_size}",
+                        f"--local-addr={elastic.LOOPBACK}",
+                    ]
+                    env: dict[str, str | None] = {key: None for key in elastic.TORCHRUN_ENV}
+                    env.update(settings.to_env())
+                    command = supervisor.command(
+                        [sys.executable, "-m", "ddp_lesson.launch.elastic", *flags,
+                         "-m", "ddp_lesson.doctor.start", path, *map(str, args)],
+                        env=env,
+                    )  # fmt: skip
+                    supervisor.wait([command])
+    except launch.LaunchError as failed:
+        outcome.error = failed
+    finally:
+        outcome.ranks = _collect(Path(folder) / "ranks")
+        scripts = _collect(Path(folder) / "script")
+        outcome.script = scripts[0] if scripts else None
+        shutil.rmtree(folder, ignore_errors=True)
+    if supervisor is not None:
+        outcome.timed_out = supervisor.timed_out
+        outcome.output = supervisor.output
+        outcome.codes = [c.returncode for c in supervisor.commands]
+        if supervisor.commands:
+            outcome.output = supervisor.commands[0].output
+    return outcome
+
+
+def _warm_up() -> None:
+    """Start the warm server (once per process) before the deadline's clock starts.
+
+    The server imports torch once, which takes seconds on a busy machine:
+    that is the doctor's own time, not the script's, and a process the
+    launch starts after its deadline has passed would not be stopped.
+    """
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    if _warm:
+        return
+    forkserver.set_forkserver_preload(["ddp_lesson.launch.warm"])
+    forkserver.ensure_running()
+    # the server answers only once it has imported what it preloads
+    first = multiprocessing.get_context("forkserver").Process(target=os.getpid)
+    first.start()
+    first.join()
+    _warm.append(True)
+
+
+#: Whether this process has started the warm server already.
+_warm: list[bool] = []
+
+
+def _collect(folder: Path) -> list[ProcessRecord]:
+    from .. import reports
+
+    found = reports.collect(folder) if folder.is_dir() else []
+    return [ProcessRecord.from_report(r) for r in found]

@@ -1,0 +1,184 @@
+"""How each process of a diagnosed run starts: the probe first, then the learner's code.
+
+One way in per launch style (:mod:`.run` picks it):
+
+* :func:`run_worker`: a process the doctor started, which loads the file
+  and calls its ``main(rank, world_size, *args)``;
+* :func:`run_script`: the script's own process, which runs the file as
+  ``__main__``; the processes its ``mp.spawn`` starts begin at
+  :func:`forked_rank` (or :func:`rank_entry`);
+* ``python -m ddp_lesson.doctor.start PATH ARGS``: what torchrun starts in
+  every process (:func:`run_torchrun_rank`).
+
+A script's ``mp.spawn`` keeps what spawn means for the script: each process
+runs the file's top level again as ``__mp_main__``, gets its function and
+arguments pickled, and starts with fresh random seeds. Unless CUDA is
+already in use in the script's process, the processes are forked from it
+for that, which spares each one the seconds of importing torch again.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import pickle
+import random
+import runpy
+import sys
+import traceback
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+from . import probe
+from .record import Settings
+
+#: torch's own ``start_processes``, which the script's process hands its spawns to.
+_torch_start: list[Callable] = []
+
+
+def rank_entry(index: int, settings: Settings, nprocs: int, fn: Callable, *args) -> None:
+    """A process of a script's ``mp.spawn``, started by spawn itself (CUDA was in use)."""
+    probe.install(settings, index, nprocs=nprocs)
+    probe.call_main(index, fn, args)
+
+
+def _fresh_main(path: str) -> types.ModuleType:
+    """Run the learner's file as ``__mp_main__``, as a process started by spawn does."""
+    module = types.ModuleType("__mp_main__")
+    module.__file__ = path
+    module.__builtins__ = builtins
+    sys.modules["__mp_main__"] = sys.modules["__main__"] = module
+    code = compile(Path(path).read_bytes(), path, "exec")
+    exec(code, module.__dict__)
+    return module
+
+
+def forked_rank(index: int, nprocs: int, payload: bytes) -> None:
+    """A process of a script's ``mp.spawn``, forked, then made what spawn would have made."""
+    settings = probe.settings()
+    probe.install(settings, index, nprocs=nprocs)
+    # a new interpreter starts with seeds of its own
+    torch.seed()
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    try:
+        _fresh_main(settings.file)
+    except BaseException as error:
+        probe.current().error = probe.error_entry(error, **{"import": True})
+        probe.save()
+        raise
+    fn, args = pickle.loads(payload)
+    probe.call_main(index, fn, args)
+
+
+def _start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+    """``mp.start_processes`` in the script's process: recorded, each process probed."""
+    probe.current().spawns.append(
+        {"nprocs": nprocs, "nargs": len(args), "line": probe.learner_line()}
+    )
+    probe.save()
+    if start_method == "spawn" and not torch.cuda.is_initialized():
+        payload = pickle.dumps((fn, tuple(args)))  # fails where spawn would
+        sys.stdout.flush()
+        sys.stderr.flush()
+        target, given, method = forked_rank, (nprocs, payload), "fork"
+    else:
+        target, given, method = rank_entry, (probe.settings(), nprocs, fn, *args), start_method
+    context = _torch_start[0](target, given, nprocs, False, daemon, start_method=method)
+    if not join:
+        return context
+    try:
+        while not context.join():
+            pass
+    finally:  # torch leaves the error files of ranks that raised behind
+        for path in context.error_files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    return None
+
+
+def _spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+    return _start_processes(fn, args, nprocs, join, daemon, start_method)
+
+
+def _run_file(path: str, argv: list[str]) -> None:
+    sys.argv = [path, *argv]
+    sys.path.insert(0, os.path.dirname(path))
+    runpy.run_path(path, run_name="__main__")
+
+
+def run_worker(index: int, settings: Settings, world_size: int, path: str, args: tuple) -> None:
+    """What each process runs for a worker file: load it, call ``main(rank, world_size, *args)``."""
+    from ..sources import load
+
+    probe.install(settings, index, nprocs=world_size)
+    try:
+        module = load(path)
+    except BaseException as error:
+        probe.current().error = probe.error_entry(error, **{"import": True})
+        probe.save()
+        raise
+    probe.call_main(index, module.main, (world_size, *args))
+
+
+def run_script(index: int, settings: Settings, path: str, argv: list[str]) -> None:
+    """The script's own process: run the file as ``__main__`` with its spawns recorded."""
+    from ..launch import supervisor
+
+    supervisor.keep_torch_spawn()  # a launch inside the script must not wrap spawn again
+    spawn_module = sys.modules["torch.multiprocessing.spawn"]
+    _torch_start[:] = [spawn_module.start_processes]
+    probe.install(settings, index, script=True)
+    record = probe.current()
+    spawn_module.start_processes = _start_processes
+    mp.start_processes = _start_processes
+    mp.spawn = spawn_module.spawn = _spawn
+    probe.save()
+    code = 0
+    try:
+        _run_file(path, argv)
+    except SystemExit as done:
+        code = probe.exit_code(done)
+        if code:
+            record.error = probe.error_entry(done)
+    except BaseException as error:
+        record.error = probe.error_entry(error)
+        code = 1
+    record.returned = code == 0
+    probe.save()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run_torchrun_rank(path: str, argv: list[str]) -> None:
+    """What each process torchrun starts runs: the probe, then the file as ``__main__``."""
+    settings = Settings.from_env(os.environ)
+    index = int(os.environ.get("RANK", "0"))
+    probe.install(settings, index, nprocs=int(os.environ.get("WORLD_SIZE", "0")))
+    try:
+        _run_file(path, argv)
+    except SystemExit as done:
+        if probe.exit_code(done):
+            probe.failed(done)
+            raise
+    except BaseException as error:
+        probe.failed(error)
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    probe.finish()
+
+
+if __name__ == "__main__":
+    # Run through the package's module, not this __main__ copy, so that the
+    # learner's code and the probe share one state.
+    from ddp_lesson.doctor import start
+
+    start.run_torchrun_rank(os.path.realpath(sys.argv[1]), sys.argv[2:])

@@ -1,0 +1,149 @@
+"""What every check is made of: its :class:`Result`, and running a learner's code for real.
+
+Every ``check_*`` function returns a :class:`Result` that a notebook shows as
+a few plain lines: passed; not attempted yet; or failed, with what was
+expected, what happened, and which stage and line own the fix. A check
+never raises and never hangs: learner code runs inside bounded launches and
+any error it raises becomes part of the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ... import devices, launch
+
+PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted yet"
+
+#: Seconds a check's launch may take before it counts as a hang.
+CHECK_TIMEOUT_S = 45
+
+#: Most characters of an error a check quotes.
+QUOTED_CHARS = 600
+
+
+@dataclass
+class Result:
+    """The outcome of one check.
+
+    Attributes:
+        check: the check's name, e.g. ``"check_spawn"``.
+        status: ``"passed"``, ``"failed"`` or ``"not attempted yet"``.
+        stage: for a failure, the stage's title (see :mod:`ddp_lesson.stages`)
+            that owns the fix.
+        expected, happened, fix: the failure explained.
+        note: for a pass, what was verified.
+    """
+
+    check: str
+    status: str
+    stage: str | None = None
+    expected: str = ""
+    happened: str = ""
+    fix: str = ""
+    note: str = ""
+
+    def __bool__(self) -> bool:
+        return self.status == PASSED
+
+    def __str__(self) -> str:
+        if self.status == PASSED:
+            return f"PASSED {self.check}: {self.note}"
+        if self.status == NOT_ATTEMPTED:
+            return f"NOT ATTEMPTED YET {self.check}: {self.note}"
+        happened = self.happened.replace("\n", "\n            ")
+        return "\n".join(
+            [
+                f"FAILED {self.check} (stage: {self.stage})",
+                f"  expected: {self.expected}",
+                f"  happened: {happened}",
+                f"  fix:      {self.fix}",
+            ]
+        )
+
+    __repr__ = __str__
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # how IPython shows it
+        printer.text(str(self))
+
+
+def passed(check: str, note: str) -> Result:
+    return Result(check, PASSED, note=note)
+
+
+def not_attempted(check: str, what: str) -> Result:
+    return Result(check, NOT_ATTEMPTED, note=f"replace the stub in {what} with your code")
+
+
+def failed(check: str, stage: str, expected: str, happened: str, fix: str) -> Result:
+    return Result(check, FAILED, stage, expected, happened, fix)
+
+
+def missing_file(check: str, path: str | Path) -> Result:
+    return Result(
+        check,
+        NOT_ATTEMPTED,
+        note=f"{path} does not exist yet: run the %%writefile cell above first",
+    )
+
+
+def is_stub(value: object) -> bool:
+    """True for the ``...`` an exercise's stub leaves in place of an answer."""
+    return value is Ellipsis
+
+
+def quote(error: BaseException) -> str:
+    """An error as a check quotes it: its message with the learner's line, at most a few lines.
+
+    A launch's message names the rank, the error and ``at FILE, line N``;
+    all of that is kept, the rank's full traceback is not.
+    """
+    text = str(error).strip() or type(error).__name__
+    if not isinstance(error, launch.LaunchError) and type(error).__name__ not in text:
+        text = f"{type(error).__name__}: {text}"
+    lines = [line for line in text.splitlines() if line.strip()][:4]
+    text = "\n".join(lines)
+    return text if len(text) <= QUOTED_CHARS else text[: QUOTED_CHARS - 3] + "..."
+
+
+def launch_probe(
+    world_size: int, probe: Callable, *args: object
+) -> tuple[list[dict] | None, BaseException | None]:
+    """Run ``probe`` on ``world_size`` ranks; return ``(reports, None)`` or ``(None, error)``."""
+    try:
+        reports = launch.run_ranks(probe, world_size, *args, timeout_s=CHECK_TIMEOUT_S)
+        return reports, None
+    except (launch.LaunchError, ValueError, TypeError) as error:
+        return None, error
+
+
+def worker_path(path: str | Path) -> str | None:
+    """The absolute path of the learner's file, or ``None`` if there is no such file."""
+    resolved = Path(path).resolve()
+    return str(resolved) if resolved.is_file() else None
+
+
+def choice(check: str, answer: object, right: str, stage: str, note: str, fix: str) -> Result:
+    """Check a multiple-choice answer (a letter; case and spaces do not matter)."""
+    if is_stub(answer):
+        return not_attempted(check, "the answer line")
+    if str(answer).strip().lower() == right:
+        return passed(check, note)
+    return failed(check, stage, right, repr(answer), fix)
+
+
+def launch_file(check: str, path: str | Path, probe: Callable, stubbed: str, *args: object):
+    """Launch ``probe`` around the learner's file; a Result if there is nothing to check yet.
+
+    Returns ``(reports, error, None)`` after a launch, or ``(None, None, result)``
+    when the file is missing or its functions are still stubs.
+    """
+    worker = worker_path(path)
+    if worker is None:
+        return None, None, missing_file(check, path)
+    got, error = launch_probe(devices.plan().world_size, probe, worker, *args)
+    if error is not None and "NotImplementedError" in str(error):
+        return None, None, not_attempted(check, stubbed)
+    return got, error, None

@@ -1,0 +1,166 @@
+"""Check for ``09_checkpoints``' exercise: saving and resuming a DDP run, killed in the middle.
+
+The learner writes ``save_checkpoint(model, optimizer, epoch, path)`` (one
+writer, the module inside the wrapper, the optimiser and the epoch, every
+rank waiting until the file is complete) and ``load_checkpoint(model,
+optimizer, path, device)`` (every rank loads it with ``map_location`` and
+says which epoch comes next). :func:`check_checkpoint` runs three short
+trainings with them in real processes
+(:func:`ddp_lesson.exercises.probes.checkpoints.train`): one that never
+stops, one whose rank 1 is killed right after the first epoch's
+checkpoint, and the same command again, which must resume and end with
+exactly the parameters of the run that never stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ... import devices, reports
+from ...stages import stage
+from ..probes import checkpoints as probes
+from .base import Result, failed, launch_file, passed, quote
+
+NAME = "check_checkpoint"
+GROUP, MODEL = stage("process_group").title, stage("model_wrapping").title
+
+#: Epochs of each run; the killed run dies after the first.
+EPOCHS = 3
+
+#: Parameters closer than this count as the same.
+TOLERANCE = 1e-6
+
+STUBBED = "save_checkpoint() and load_checkpoint()"
+
+
+def _wrapper_keys(state: object) -> list[str]:
+    """Keys in ``state`` (nested dicts) that start with ``module.``: a DDP wrapper's names."""
+    if isinstance(state, dict):
+        found = [k for k in state if isinstance(k, str) and k.startswith("module.")]
+        for value in state.values():
+            found += _wrapper_keys(value)
+        return found
+    return []
+
+
+def check_checkpoint(path: str | Path) -> Result:
+    """Train with the learner's checkpoint functions, kill a rank, resume, and compare.
+
+    Args:
+        path: the file with ``save_checkpoint`` and ``load_checkpoint``, e.g.
+            ``"workers/exercise_09.py"``.
+    """
+    world_size = devices.plan().world_size
+    with tempfile.TemporaryDirectory(prefix="ddp-lesson-checkpoints-") as folder:
+        full, crashed = os.path.join(folder, "full.pt"), os.path.join(folder, "crashed.pt")
+        got, error, early = launch_file(NAME, path, probes.train, STUBBED, full, EPOCHS, -1)
+        if early is not None:
+            return early
+        if error is not None:
+            return failed(
+                NAME, MODEL, f"{EPOCHS} epochs of training, saving after each", quote(error),
+                "the line the error names",
+            )  # fmt: skip
+        problem = _first_run(got, full, world_size)
+        if problem is not None:
+            return problem
+        reference = [r["params"] for r in got]
+
+        _, error, early = launch_file(NAME, path, probes.train, STUBBED, crashed, EPOCHS, 0)
+        if error is None or "SIGKILL" not in str(error):
+            return failed(
+                NAME, MODEL, "rank 1 killed right after the checkpoint of epoch 0",
+                "the run ended otherwise: " + (quote(error) if error else "nobody died"),
+                "save_checkpoint: the line the error names",
+            )  # fmt: skip
+        if not os.path.exists(crashed):
+            return failed(
+                NAME, GROUP, "the checkpoint of epoch 0 on disk after the crash",
+                "no file: rank 1 went on (and died) before rank 0 had written it",
+                "save_checkpoint: barrier() after rank 0's save, on every rank",
+            )  # fmt: skip
+
+        got, error, _ = launch_file(NAME, path, probes.train, STUBBED, crashed, EPOCHS, -1)
+        if error is not None:
+            return failed(
+                NAME, MODEL, "the same command to resume from the checkpoint", quote(error),
+                "load_checkpoint: the line the error names",
+            )  # fmt: skip
+        return _resumed(got, reference)
+
+
+def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
+    starts = sorted({repr(r["start"]) for r in got})
+    if starts != ["0"]:
+        return failed(
+            NAME, MODEL, "load_checkpoint to return 0 when there is no checkpoint yet",
+            f"it returned {', '.join(starts)}",
+            "load_checkpoint: if the file does not exist, return 0",
+        )  # fmt: skip
+    saves = [r["saves"] for r in got]
+    if saves[0] != EPOCHS or any(saves[1:]):
+        return failed(
+            NAME, MODEL, f"rank 0 alone to write, once per epoch: saves per rank "
+            f"{[EPOCHS] + [0] * (world_size - 1)}",
+            f"saves per rank {saves}",
+            "save_checkpoint: only `if get_rank() == 0:` saves; every rank holds the same "
+            "weights, and several writers of one file overwrite each other",
+        )  # fmt: skip
+    early = [r["rank"] for r in got if r["complete_after_save"] is False]
+    if early:
+        return failed(
+            NAME, GROUP, "every rank to leave save_checkpoint only once the file is complete",
+            f"rank(s) {early} returned while rank 0 was still writing it (its first save "
+            f"was held back {probes.SLOW_SAVE_S} s, as a slow disk would)",
+            "save_checkpoint: barrier() after the save, outside the `if`, so every rank "
+            "waits for rank 0",
+        )  # fmt: skip
+    try:
+        import torch
+
+        state = torch.load(file, map_location="cpu")
+    except Exception:  # an unusual format: the resume below still judges it
+        return None
+    wrapped = _wrapper_keys(state)
+    if wrapped:
+        return failed(
+            NAME, MODEL, "the network's own names (linear_relu_stack.0.weight, ...)",
+            f"the wrapper's: {wrapped[0]}, ...; a plain NeuralNetwork refuses to load them",
+            "save_checkpoint: save model.module.state_dict(), not model.state_dict()",
+        )  # fmt: skip
+    return None
+
+
+def _resumed(got: list[dict], reference: list) -> Result:
+    starts = sorted({repr(r["start"]) for r in got})
+    if starts != ["1"]:
+        return failed(
+            NAME, MODEL, "the resumed run to start at epoch 1: the checkpoint holds epoch 0",
+            f"load_checkpoint returned {', '.join(starts)}",
+            "load_checkpoint: return the saved epoch + 1",
+        )  # fmt: skip
+    bare = [r["rank"] for r in got if any(m == "None" for m in r["map_locations"])]
+    if bare or not all(r["map_locations"] for r in got):
+        return failed(
+            NAME, MODEL, "every rank to load the checkpoint with map_location",
+            f"rank(s) {bare or [r['rank'] for r in got if not r['map_locations']]} loaded "
+            "without it (or not at all): on GPUs every rank would put rank 0's tensors on "
+            "cuda:0",
+            "load_checkpoint: torch.load(path, map_location=device) on every rank",
+        )  # fmt: skip
+    gap = reports.max_abs_difference(reference + [r["params"] for r in got])
+    if gap > TOLERANCE:
+        return failed(
+            NAME, MODEL, "the resumed model equal to the run that never stopped",
+            f"parameters differ by up to {gap:.3g}",
+            "save and load everything the next epoch depends on: the module's weights on "
+            "every rank, and the optimiser's state (momentum)",
+        )  # fmt: skip
+    return passed(
+        NAME,
+        "rank 0 alone wrote each epoch's checkpoint and every rank waited for it; after "
+        "rank 1 was killed the run resumed at epoch 1 on every rank (map_location) and "
+        "ended with exactly the parameters of the run that never stopped.",
+    )

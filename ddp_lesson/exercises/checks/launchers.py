@@ -1,0 +1,158 @@
+"""Check for ``08_torchrun``'s exercise: one worker, correct under ``mp.spawn`` and ``torchrun``.
+
+The learner writes ``ddp_setup()`` (the group and the device from the
+environment ``torchrun`` sets) and ``main(rank, world_size, port, ...)``
+(what ``mp.spawn`` starts: it sets that environment itself, then calls
+``run_rank``). :func:`check_launchers` runs both ways in real processes
+(see :mod:`ddp_lesson.exercises.probes.launchers`): through ``main``, as
+``mp.spawn`` starts it on this machine, and with the environment
+``torchrun`` gives the processes of two nodes, whose GPUs are simulated so
+that the device each process picks can be checked anywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ... import devices, launch
+from ...stages import stage
+from ..probes import launchers as probes
+from . import base
+from .base import Result, failed, launch_file, passed, quote
+
+NAME = "check_launchers"
+SPAWNING, GROUP = stage("spawning").title, stage("process_group").title
+
+#: Simulated nodes for the torchrun half of the check.
+NODES = 2
+
+#: The variables ``torchrun`` sets that ``ddp_setup`` may read; ``main`` sets them too.
+VARIABLES = "RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
+
+
+def check_launchers(path: str | Path) -> Result:
+    """Run the learner's worker as ``mp.spawn`` starts it and as ``torchrun`` does, and compare.
+
+    Args:
+        path: the worker file, e.g. ``"workers/exercise_08.py"``.
+    """
+    plan = devices.plan()
+    got, error, early = launch_file(NAME, path, probes.spawned, "ddp_setup() and main()")
+    if early is not None:
+        return early
+    if error is not None:
+        return _spawn_error(error, plan)
+    for r in got:
+        wrong = _wrong(r, plan.world_size, str(plan.device(r["rank"])), plan.backend, "mp.spawn")
+        if wrong is not None:
+            return wrong
+
+    per_node = plan.world_size
+    total = NODES * per_node
+    try:
+        got = launch.run_ranks(
+            probes.on_node, total, base.worker_path(path), per_node,
+            timeout_s=base.CHECK_TIMEOUT_S,
+        )  # fmt: skip
+    except (launch.LaunchError, ValueError) as error:
+        return failed(
+            NAME, GROUP,
+            f"ddp_setup() to join the group torchrun describes: {NODES} nodes of {per_node} "
+            "processes",
+            _waited(error, total),
+            "ddp_setup: every process joins once, as its global rank: init_process_group("
+            "backend) reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the "
+            "environment; LOCAL_RANK and LOCAL_WORLD_SIZE only number a node's processes",
+        )  # fmt: skip
+    for r in got:
+        local = r["rank"] % per_node
+        wrong = _wrong(r, total, f"cuda:{local}", "nccl", "torchrun", per_node=per_node)
+        if wrong is not None:
+            return wrong
+    rows = ", ".join(f"rank {r['rank']} -> {r['device']}" for r in got)
+    return passed(
+        NAME,
+        f"under mp.spawn every rank joined one {plan.backend} group on {plan.device(0).type}; "
+        f"under torchrun with {NODES} nodes of {per_node} GPU(s) each (simulated), every "
+        f"process joined as its global rank and took its local rank's GPU: {rows}.",
+    )
+
+
+def _waited(error: BaseException, total: int) -> str:
+    if isinstance(error, launch.LaunchTimeout):
+        return (
+            f"the {total} processes did not meet within {base.CHECK_TIMEOUT_S} s: two of them "
+            "claimed the same rank, or some waited for more processes than there are"
+        )
+    return quote(error)
+
+
+def _spawn_error(error: BaseException, plan) -> Result:
+    text = str(error)
+    if "ended without sending its report" in text:
+        return failed(
+            NAME, SPAWNING, "main to set the environment, then call run_rank(...)",
+            "main returned without calling run_rank",
+            "main: end with run_rank(epochs), as the __main__ block does under torchrun",
+        )  # fmt: skip
+    if "KeyError" in text:
+        return failed(
+            NAME, SPAWNING,
+            f"main to set every variable ddp_setup reads: {VARIABLES}",
+            quote(error),
+            "main: os.environ.update(...) with each of them, as strings, before run_rank",
+        )  # fmt: skip
+    if isinstance(error, launch.LaunchTimeout):
+        return failed(
+            NAME, GROUP,
+            f"the {plan.world_size} processes mp.spawn starts to meet in one group",
+            f"they did not meet within {base.CHECK_TIMEOUT_S} s",
+            "main: MASTER_ADDR=127.0.0.1 and MASTER_PORT=str(port); RANK=str(rank) and "
+            "WORLD_SIZE=str(world_size), different for every process",
+        )  # fmt: skip
+    return failed(
+        NAME, SPAWNING, "main(rank, world_size, port) to run under mp.spawn", quote(error),
+        "the line the error names",
+    )  # fmt: skip
+
+
+def _wrong(
+    r: dict, size: int, device: str, backend: str, how: str, per_node: int = 0
+) -> Result | None:
+    """A failure if process ``rank`` did not become what ``how`` should have made it."""
+    rank = r["rank"]
+    where = f"under {how}" + (f", node {r['node']}" if per_node else "")
+    if (r["rank_in_group"], r["size_of_group"]) != (rank, size):
+        return failed(
+            NAME, GROUP, f"process {rank} {where} to join as global rank {rank} of {size}",
+            f"it joined as rank {r['rank_in_group']} of {r['size_of_group']}",
+            "ddp_setup: the rank in the group is RANK, the global rank (init_process_group "
+            "reads it from the environment); LOCAL_RANK only numbers a node's processes",
+        )  # fmt: skip
+    if r["device"] != device:
+        extra = ""
+        if per_node:
+            extra = (
+                f" (local rank {r['local_rank']}; node {r['node']} has "
+                f"{', '.join(f'cuda:{i}' for i in range(per_node))} and nothing else)"
+            )
+        return failed(
+            NAME, GROUP, f"process {rank} {where} to use {device}",
+            f"ddp_setup chose {r['device']}{extra}",
+            "ddp_setup: the device follows the local rank, "
+            "device_for(LOCAL_RANK, LOCAL_WORLD_SIZE)",
+        )  # fmt: skip
+    if per_node and device not in r["set_device"]:
+        return failed(
+            NAME, GROUP, f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
+            f"it selected {r['set_device'] or 'nothing'}",
+            "ddp_setup: torch.cuda.set_device(device) when the device is a GPU, before "
+            "init_process_group",
+        )  # fmt: skip
+    asked = r["asked_backend"] if per_node else r["backend"]
+    if asked != backend:
+        return failed(
+            NAME, GROUP, f"backend {backend!r} {where} ({device})", f"backend {asked!r}",
+            'ddp_setup: "nccl" for a GPU, "gloo" for the CPU',
+        )  # fmt: skip
+    return None

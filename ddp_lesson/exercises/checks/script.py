@@ -1,0 +1,247 @@
+"""Check for ``06_full_script``'s conversion exercise: a whole DDP script, run as a script.
+
+The learner turns the single-device script of ``01_why_ddp`` into a DDP
+script with its own ``__main__`` block. :func:`check_ddp_script` runs it
+for real, in three steps, each cheaper than the next and each naming the
+stage and the line at fault:
+
+1. the script as ``python file.py`` runs it, up to its ``mp.spawn`` call:
+   how many processes it would start on this machine, with which arguments
+   (:func:`ddp_lesson.exercises.probes.script.dry_start`);
+2. its ``ddp_setup`` in every rank of a warm launch: the group and the
+   device each rank gets on this machine (:func:`.probes.script.setup`);
+3. the whole script under the doctor (:func:`ddp_lesson.doctor.diagnose`):
+   the data each rank iterated, the model's parameters after a few steps
+   on every rank, and the teardown.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from ... import devices, launch
+from ...stages import stage
+from ..probes import script as probes
+from . import base
+from .base import Result, failed, launch_file, missing_file, not_attempted, passed, quote
+
+NAME = "check_ddp_script"
+SPAWNING, GROUP, DATA, MODEL, TEARDOWN = (
+    stage(key).title
+    for key in ("spawning", "process_group", "data_division", "model_wrapping", "teardown")
+)
+
+#: What a stub left by the exercise generator raises.
+STUB = 'raise NotImplementedError("your code here")'
+
+#: Seconds the doctor's run of the whole script may take (it starts fresh interpreters).
+DOCTOR_TIMEOUT_S = 120
+
+#: What each stage must show, as a failure says it.
+EXPECTED = {
+    "spawning": "one process per device, started by the script's own mp.spawn, each running main",
+    "process_group": "every process in one group, as its own rank",
+    "data_division": "each rank its own shard of the training data, reshuffled every epoch",
+    "model_wrapping": "one DDP-wrapped model, with the same parameters on every rank after "
+    "every step",
+    "teardown": "every rank releases the group (destroy_process_group) before main returns",
+}
+
+
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    """Calls of a function called ``name`` (``name(...)`` or ``x.name(...)``), in line order."""
+    found = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (getattr(node.func, "id", None) == name or getattr(node.func, "attr", None) == name)
+    ]
+    return sorted(found, key=lambda node: node.lineno)
+
+
+def _main_block(tree: ast.Module) -> ast.If | None:
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            return node
+    return None
+
+
+def _line(lines: list[str], number: int | None) -> str:
+    if not number or not 1 <= number <= len(lines):
+        return ""
+    return f"line {number}: {lines[number - 1].strip()}"
+
+
+def check_ddp_script(path: str | Path) -> Result:
+    """Run the learner's whole DDP script for real and check every stage.
+
+    Args:
+        path: the script, e.g. ``"workers/my_ddp_script.py"``. It defines
+            ``ddp_setup(rank, world_size, port)`` (returning the device),
+            ``main(rank, world_size, port, epochs)``, and a ``__main__`` block
+            that starts the processes with ``mp.spawn``.
+    """
+    file = base.worker_path(path)
+    if file is None:
+        return missing_file(NAME, path)
+    source = Path(file).read_text()
+    if STUB in source:
+        return not_attempted(NAME, "every part marked YOUR CODE HERE")
+    lines = source.splitlines()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as error:
+        return failed(
+            NAME, SPAWNING, "a file Python can run", f"SyntaxError: {error.msg}",
+            _line(lines, error.lineno) or "the line the error names",
+        )  # fmt: skip
+    plan = devices.plan()
+    main_block = _main_block(tree)
+    spawns = [c for c in _calls(tree, "spawn") + _calls(tree, "start_processes")]
+    inside = [c for c in spawns if main_block and c in list(ast.walk(main_block))]
+    if not inside:
+        where = _line(lines, spawns[0].lineno) if spawns else "no mp.spawn call"
+        return failed(
+            NAME, SPAWNING,
+            'python file.py to start the processes itself: mp.spawn in `if __name__ == '
+            '"__main__":`',
+            where + (" (outside the __main__ block: every process it starts would import "
+                     "the file and spawn again)" if spawns else ""),
+            'an `if __name__ == "__main__":` block that calls mp.spawn(main, ...)',
+        )  # fmt: skip
+    spawn_line = inside[0].lineno
+    inits = _calls(tree, "init_process_group")
+    init_line = inits[0].lineno if inits else None
+
+    found = _started(file, plan, lines, spawn_line)
+    if isinstance(found, Result):
+        return found
+    epochs = found
+
+    got, error, early = launch_file(NAME, file, probes.setup, "ddp_setup()")
+    if early is not None:
+        return early
+    if error is not None:
+        waited = isinstance(error, launch.LaunchTimeout)
+        return failed(
+            NAME, GROUP,
+            f"ddp_setup(rank, world_size, port) to join all {plan.world_size} ranks in one "
+            f"{plan.backend} group",
+            f"the ranks did not meet within {base.CHECK_TIMEOUT_S} s" if waited else quote(error),
+            _line(lines, init_line) or "ddp_setup",
+        )  # fmt: skip
+    joined = _joined(got, plan, lines, init_line)
+    if joined is not None:
+        return joined
+
+    from ... import doctor
+
+    try:
+        diagnosis = doctor.diagnose(file, plan.world_size, timeout_s=DOCTOR_TIMEOUT_S)
+    except Exception as error:  # the doctor's own failure: say so, never raise
+        return failed(
+            NAME, SPAWNING, "the doctor to run the whole script", quote(error),
+            "run the check again; if it fails the same way, run the doctor itself: "
+            f"print(doctor.diagnose({str(path)!r}))",
+        )  # fmt: skip
+    if diagnosis.problem:
+        return failed(
+            NAME, SPAWNING, "the script to run", diagnosis.problem, "the line the message names"
+        )
+    for key, verdict in diagnosis.stages.items():
+        if verdict.status == doctor.OK:
+            continue
+        title = stage(key).title
+        if verdict.status == doctor.FAULT:
+            return failed(
+                NAME, title, EXPECTED[key], verdict.evidence,
+                _line(lines, verdict.line) or stage(key).owner,
+            )  # fmt: skip
+        return failed(
+            NAME, title, EXPECTED[key], f"the run did not show it: {verdict.evidence}",
+            f"make sure main does {stage(key).owner}",
+        )  # fmt: skip
+    return passed(
+        NAME,
+        f"python {Path(file).name} started {plan.world_size} processes that joined one "
+        f"{plan.backend} group; over {epochs} epochs each rank iterated its own shard, "
+        "reshuffled each epoch, the DDP model's parameters were identical on every rank "
+        "after every step, and every rank released the group.",
+    )
+
+
+def _started(file: str, plan, lines: list[str], spawn_line: int) -> Result | object:
+    """Run the script up to its ``mp.spawn`` call; a Result if the call is wrong, else epochs."""
+    try:
+        output = launch.run_script(probes.__file__, file, timeout_s=base.CHECK_TIMEOUT_S)
+    except launch.LaunchError as error:
+        return failed(
+            NAME, SPAWNING, "the __main__ block to reach its mp.spawn call", quote(error),
+            "the __main__ block: the line the error names",
+        )  # fmt: skip
+    said = [line for line in output.splitlines() if line.startswith(probes.MARK)]
+    call = json.loads(said[-1][len(probes.MARK) :]) if said else None
+    where = _line(lines, spawn_line)
+    if call is None:
+        return failed(
+            NAME, SPAWNING, "the __main__ block to call mp.spawn",
+            "it ended without calling it", where,
+        )  # fmt: skip
+    nprocs, told = call["nprocs"], call["bound"].get("world_size")
+    if nprocs != plan.world_size:
+        zero = (
+            " (torch.cuda.device_count() is 0 without a GPU: nothing starts)" if not nprocs else ""
+        )
+        return failed(
+            NAME, SPAWNING, f"nprocs={plan.world_size}: one process per device ({plan.reason})",
+            f"nprocs={nprocs} on this machine{zero}",
+            f"{where}; the world size that is right on every machine is "
+            "devices.plan().world_size",
+        )  # fmt: skip
+    if "world_size" in call["bound"] and told != nprocs:
+        return failed(
+            NAME, SPAWNING, f"every process told world_size={nprocs}, the processes started",
+            f"main is told world_size={told!r}", f"{where}: args=(world_size, ...)",
+        )  # fmt: skip
+    epochs = call["bound"].get("epochs")
+    if isinstance(epochs, int) and epochs < 2:
+        return failed(
+            NAME, DATA, "at least 2 epochs, so that the run shows each epoch reshuffled",
+            f"epochs={epochs}", f"{where}: pass epochs=2 (or more)",
+        )  # fmt: skip
+    return epochs
+
+
+def _joined(got: list[dict], plan, lines: list[str], init_line: int | None) -> Result | None:
+    """A Result if some rank's ``ddp_setup`` left it outside the group it should be in."""
+    where = _line(lines, init_line) or "ddp_setup"
+    for report in got:
+        rank = report["rank"]
+        if not report["initialized"]:
+            return failed(
+                NAME, GROUP, "a process group after ddp_setup()",
+                f"rank {rank} had none", "ddp_setup: call init_process_group",
+            )  # fmt: skip
+        if (report["rank_in_group"], report["size_of_group"]) != (rank, plan.world_size):
+            return failed(
+                NAME, GROUP, f"rank {rank} of {plan.world_size} in the group",
+                f"rank {report['rank_in_group']} of {report['size_of_group']}",
+                f"{where}: rank=rank, world_size=world_size",
+            )  # fmt: skip
+        if report["backend"] != plan.backend:
+            return failed(
+                NAME, GROUP, f"backend {plan.backend!r} ({plan.reason})",
+                f"backend {report['backend']!r}",
+                f'{where}: "nccl" when every rank has a GPU, "gloo" otherwise',
+            )  # fmt: skip
+        want = str(plan.device(rank))
+        if report["device"] != want:
+            return failed(
+                NAME, GROUP, f"ddp_setup to return rank {rank}'s device, {want}",
+                f"it returned {report['device']}",
+                "ddp_setup: choose the device (device_for(rank, world_size)), select it, "
+                "and return it",
+            )  # fmt: skip
+    return None

@@ -1,0 +1,115 @@
+"""Checking a SLURM batch script against the worker it starts (``09_checkpoints``)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+from ...stages import stage
+from .base import Result, failed, passed
+
+NAME = "check_slurm"
+SPAWNING = stage("spawning").title
+
+
+def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> Result:
+    """Check that a SLURM batch script starts ``script`` the way its worker expects.
+
+    Reads the ``#SBATCH`` options and the ``srun torchrun ...`` line, parses
+    that line with torchrun's own argument parser and the script's
+    arguments with the worker's ``parse_args``, and checks the pieces that
+    must agree: one torchrun per node, the nodes SLURM allocates, one rank
+    per GPU, and a c10d rendezvous every node can reach.
+
+    Args:
+        path: the batch script.
+        script: the worker file torchrun should run, e.g. ``"workers/stage_09.py"``.
+        parse_args: the worker's argument parser, called with the script's arguments.
+
+    Returns:
+        A :class:`Result`: passed, with a few lines saying what the job will
+        start; or failed, listing every piece that does not agree.
+    """
+    from torch.distributed.run import get_args_parser
+
+    text = Path(path).read_text().replace("\\\n", " ")
+    sbatch = dict(re.findall(r"^#SBATCH\s+--([\w-]+)=?(\S*)", text, re.M))
+    calls = [
+        shlex.split(line, comments=True)
+        for line in text.splitlines()
+        if "torchrun" in line and not line.lstrip().startswith("#")
+    ]
+    if not calls:
+        return failed(
+            NAME,
+            SPAWNING,
+            "an 'srun torchrun ...' line",
+            f"{path} has no torchrun line",
+            "start the ranks with 'srun torchrun ...'",
+        )
+    words = calls[0]
+    problems = []
+    if words[0] != "srun":
+        problems.append("torchrun is not started by srun, so it runs on the first node only")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            given = get_args_parser().parse_args(words[words.index("torchrun") + 1 :])
+    except SystemExit:
+        return failed(
+            NAME,
+            SPAWNING,
+            "arguments torchrun accepts",
+            f"torchrun rejects its arguments: {said.getvalue().strip()}",
+            "the srun torchrun line",
+        )
+    if given.training_script != script:
+        problems.append(f"torchrun runs {given.training_script}, not {script}")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            parse_args(given.training_script_args)
+    except SystemExit:
+        problems.append(f"{script} rejects its arguments: {said.getvalue().strip()}")
+    if sbatch.get("ntasks-per-node") != "1":
+        problems.append(
+            "#SBATCH --ntasks-per-node=1 is missing: srun must start one torchrun "
+            "per node, which then starts that node's ranks"
+        )
+    if given.nnodes not in ("$SLURM_NNODES", sbatch.get("nodes")):
+        problems.append(
+            f"--nnodes={given.nnodes} is not the allocation's --nodes (use --nnodes=$SLURM_NNODES)"
+        )
+    gpus = sbatch.get("gpus-per-node")
+    if given.nproc_per_node not in ("gpu", gpus):
+        problems.append(
+            f"--nproc-per-node={given.nproc_per_node} is not one rank per GPU "
+            f"(#SBATCH --gpus-per-node={gpus}; or use --nproc-per-node=gpu)"
+        )
+    if given.rdzv_backend != "c10d" or ":" not in given.rdzv_endpoint:
+        problems.append("use --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT of one node")
+    if problems:
+        return failed(
+            NAME,
+            SPAWNING,
+            f"{path} to start {script} the way its worker expects",
+            "\n".join(f"- {p}" for p in problems),
+            "the lines named above",
+        )
+    return passed(
+        NAME,
+        "\n"
+        + "\n".join(
+            [
+                f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, --ntasks-per-node=1)",
+                f"ranks per node: one per GPU ({gpus} GPUs, --nproc-per-node="
+                f"{given.nproc_per_node})",
+                f"rendezvous: c10d at {given.rdzv_endpoint}, job id {given.rdzv_id}",
+                f"each rank runs: {script} {' '.join(given.training_script_args)}",
+                f"restarts allowed: {given.max_restarts}",
+            ]
+        ),
+    )

@@ -1,0 +1,140 @@
+"""What the two-launchers check (``08_torchrun``) runs in every rank around a learner's worker.
+
+The worker has the shape of ``stage_08.py``: ``ddp_setup()`` joins the
+group from the environment ``torchrun`` sets, ``run_rank(epochs)`` is what
+every process does, and ``main(rank, world_size, port, ...)`` is what
+``mp.spawn`` starts. Each probe runs the learner's ``ddp_setup`` and reports
+what the process became: its global rank, its device, its backend.
+
+* :func:`spawned` starts the worker as ``mp.spawn`` does, through its
+  ``main``, with ``run_rank`` replaced by the observation;
+* :func:`on_node` gives the process the environment ``torchrun`` gives
+  each of its processes on one node of several, with that node's GPUs
+  simulated (one per process of the node): ``torch.cuda`` reports them,
+  ``set_device`` is recorded, and the group runs on gloo whatever the
+  backend asked for. So the device a process chooses is checked the same
+  way on a laptop and on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TypedDict
+
+import torch
+
+from ...reports import send_report
+from ...sources import load
+
+
+class SetupReport(TypedDict):
+    """What each probe sends: who the process became after the learner's ``ddp_setup()``."""
+
+    rank: int
+    rank_in_group: int
+    size_of_group: int
+    local_rank: int | None
+    node: int
+    device: str
+    backend: str
+    asked_backend: str | None
+    set_device: list[str]
+
+
+_seen: dict = {"asked_backend": None, "set_device": []}
+
+
+def _observe(rank: int, worker, node: int) -> None:
+    """Run the learner's ``ddp_setup()``, report what this process became, leave the group."""
+    import torch.distributed as dist
+
+    device = worker.ddp_setup()
+    local = os.environ.get("LOCAL_RANK")
+    report = SetupReport(
+        rank=rank,
+        rank_in_group=dist.get_rank(),
+        size_of_group=dist.get_world_size(),
+        local_rank=int(local) if local is not None and local.isdigit() else None,
+        node=node,
+        device=str(device),
+        backend=str(dist.get_backend()),
+        asked_backend=_seen["asked_backend"],
+        set_device=list(_seen["set_device"]),
+    )
+    dist.barrier()  # no rank leaves while another still connects to it
+    dist.destroy_process_group()
+    send_report(rank, **{k: v for k, v in report.items() if k != "rank"})
+
+
+def _record_backend() -> None:
+    """Note the backend the learner asks ``init_process_group`` for (names bound later see it)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    real = c10d.init_process_group
+
+    def init_process_group(backend=None, *args, **kwargs):
+        _seen["asked_backend"] = None if backend is None else str(backend)
+        if not torch.cuda.is_available() or _simulated():
+            backend = "gloo"  # the GPUs are simulated, or there are none
+            kwargs.pop("device_id", None)  # a simulated GPU cannot be bound
+        return real(backend, *args, **kwargs)
+
+    c10d.init_process_group = dist.init_process_group = init_process_group
+
+
+_state = {"gpus": 0}
+
+
+def _simulated() -> bool:
+    return _state["gpus"] > 0
+
+
+def _simulate_gpus(gpus: int) -> None:
+    """Make this process see ``gpus`` CUDA GPUs, without touching any."""
+
+    def set_device(device) -> None:
+        index = device if isinstance(device, int) else torch.device(device).index
+        _seen["set_device"].append(f"cuda:{index}")
+
+    _state["gpus"] = gpus
+    torch.cuda.device_count = lambda: gpus
+    torch.cuda.is_available = lambda: True
+    torch.cuda.set_device = set_device
+
+
+def spawned(rank: int, world_size: int, port: int, path: str) -> None:
+    """Start the learner's worker as ``mp.spawn`` would: ``main(rank, world_size, port)``."""
+    _record_backend()
+    worker = load(path)
+    worker.run_rank = lambda *args, **kwargs: _observe(rank, worker, node=0)
+    worker.main(rank, world_size, port)
+
+
+def on_node(rank: int, world_size: int, port: int, path: str, per_node: int) -> None:
+    """Run the learner's ``ddp_setup()`` in the environment ``torchrun`` gives process ``rank``.
+
+    Processes ``rank`` of ``world_size`` sit ``per_node`` to a node, each node
+    with ``per_node`` GPUs, as ``torchrun --nnodes=N --nproc-per-node=per_node``
+    would start them.
+    """
+    node, local = divmod(rank, per_node)
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(local),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(per_node),
+        GROUP_RANK=str(node),
+        GROUP_WORLD_SIZE=str(world_size // per_node),
+        ROLE_RANK=str(rank),
+        ROLE_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        TORCHELASTIC_RESTART_COUNT="0",
+        TORCHELASTIC_MAX_RESTARTS="0",
+        TORCHELASTIC_RUN_ID="check",
+    )
+    _simulate_gpus(per_node)
+    _record_backend()
+    worker = load(path)
+    _observe(rank, worker, node)

@@ -1,0 +1,294 @@
+"""Rank-side probes for the checks of the practice notebooks (12 and 13).
+
+Each probe joins the launch's group, sets up what the exercise is about
+(a DDP model, micro-batches, a test set, a data set with random
+augmentation), calls the learner's function the way the lesson would,
+and reports what happened, with a ``TypedDict`` per probe.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TypedDict
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+from ... import group
+from ...reports import send_report
+from ...sources import load
+
+#: Images per micro-batch, and the learning rate of the accumulation probe.
+MICRO_BATCH, LR = 8, 0.1
+
+#: Items of the data set the seeds probe deals out.
+SEEDS_SIZE = 32
+
+
+class AccumulateReport(TypedDict):
+    """What :func:`accumulate` sends."""
+
+    rank: int
+    gradient_floats: int
+    floats_exchanged: int
+    optimizer_steps: int
+    params: torch.Tensor
+    one_batch: torch.Tensor
+    start: torch.Tensor
+
+
+class EvaluateReport(TypedDict):
+    """What :func:`evaluate` sends."""
+
+    rank: int
+    accuracy: float
+    looked_at: list[int]
+    truth: float
+    mean_of_parts: float
+
+
+class UnusedReport(TypedDict):
+    """What :func:`ddp_unused` sends."""
+
+    rank: int
+    error: str
+    named: list[str]
+
+
+class SeedsReport(TypedDict):
+    """What :func:`seeds` sends."""
+
+    rank: int
+    indices: list[int]
+    noise: list[float]
+    again: list[float]
+
+
+def _send(report: dict) -> None:
+    send_report(report["rank"], **{k: v for k, v in report.items() if k != "rank"})
+
+
+def _wrap(model: nn.Module, device: torch.device) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = model.to(device)
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+# -- 12: accumulating with no_sync() -------------------------------------------------
+def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None:
+    """Call the learner's ``accumulate_step`` once on ``k`` micro-batches; count the exchange."""
+    import torch.nn.functional as F
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from ...data import digits
+    from ...models import NeuralNetwork, flat_parameters
+
+    worker = load(path)
+    device = group.join(rank, world_size, port)
+    try:
+        exchanged: list[int] = []
+
+        def counting(state, bucket):  # DDP calls it for each bucket it all-reduces
+            exchanged.append(bucket.buffer().numel())
+            return default_hooks.allreduce_hook(state, bucket)
+
+        torch.manual_seed(0)
+        start = NeuralNetwork()
+        features, labels = digits("train")[rank * k * MICRO_BATCH : (rank + 1) * k * MICRO_BATCH]
+        features, labels = features.to(device), labels.to(device)
+        micro_batches = list(
+            zip(features.split(MICRO_BATCH), labels.split(MICRO_BATCH), strict=True)
+        )
+
+        reference = _wrap(NeuralNetwork(), device)  # one step on all of it at once
+        reference.module.load_state_dict(start.state_dict())
+        optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
+        F.cross_entropy(reference(features), labels).backward()
+        optimizer.step()
+
+        model = _wrap(NeuralNetwork(), device)
+        model.module.load_state_dict(start.state_dict())
+        model.register_comm_hook(None, counting)
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+        steps = []
+        stepping = optimizer.step
+
+        def counted_step(*args, **kwargs):
+            steps.append(1)
+            return stepping(*args, **kwargs)
+
+        optimizer.step = counted_step
+        worker.accumulate_step(model, optimizer, micro_batches)
+        _send(
+            AccumulateReport(
+                rank=rank,
+                gradient_floats=sum(p.numel() for p in start.parameters()),
+                floats_exchanged=sum(exchanged),
+                optimizer_steps=len(steps),
+                params=flat_parameters(model),
+                one_batch=flat_parameters(reference),
+                start=flat_parameters(start),
+            )
+        )
+        del model, reference
+    finally:
+        group.leave()
+
+
+# -- 12: evaluating on every rank -----------------------------------------------------
+class WatchedTestSet(TensorDataset):
+    """The test images, noting every index a rank looks at."""
+
+    def __init__(self, *tensors: torch.Tensor):
+        super().__init__(*tensors)
+        self.looked_at: list[int] = []
+
+    def __getitem__(self, index):
+        if isinstance(index, int):
+            self.looked_at.append(index)
+        else:
+            self.looked_at.extend(torch.arange(len(self))[index].reshape(-1).tolist())
+        return super().__getitem__(index)
+
+
+def trained_model() -> nn.Module:
+    """The lesson's network after a few steps: the same on every rank, right about half the time."""
+    import torch.nn.functional as F
+
+    from ...data import digits
+    from ...models import NeuralNetwork
+
+    torch.manual_seed(0)
+    model = NeuralNetwork()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    features, labels = digits("train").tensors
+    for step in range(20):
+        batch = slice(step * 64, (step + 1) * 64)
+        optimizer.zero_grad()
+        F.cross_entropy(model(features[batch]), labels[batch]).backward()
+        optimizer.step()
+    return model
+
+
+def evaluate(rank: int, world_size: int, port: int, path: str) -> None:
+    """Call the learner's ``evaluate`` on every rank with a DDP model; report what it saw."""
+    from ...data import digits
+
+    worker = load(path)
+    device = group.join(rank, world_size, port)
+    try:
+        plain = trained_model()
+        features, labels = digits("test").tensors
+        with torch.no_grad():
+            right = plain(features).argmax(dim=1) == labels
+        parts = [right[r::world_size].float().mean().item() for r in range(world_size)]
+        test_dataset = WatchedTestSet(features, labels)
+        model = _wrap(plain, device)
+        accuracy = worker.evaluate(model, test_dataset, rank, world_size, device)
+        _send(
+            EvaluateReport(
+                rank=rank,
+                accuracy=float(accuracy),
+                looked_at=list(test_dataset.looked_at),
+                truth=right.float().mean().item(),
+                mean_of_parts=sum(parts) / world_size,
+            )
+        )
+        del model
+    finally:
+        group.leave()
+
+
+# -- 13: the parameters DDP names -------------------------------------------------------
+class Branchy(nn.Module):
+    """A network with a head the loss ignores and a frozen layer: what the unused check uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 8)
+        self.frozen = nn.Linear(8, 8).requires_grad_(False)  # used, never trained
+        self.head = nn.Linear(8, 3)
+        self.aux = nn.Linear(8, 3)  # returned, but no loss uses it
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = torch.relu(self.frozen(self.body(x)))
+        return self.head(hidden), self.aux(hidden)
+
+
+def branchy_loss(model: nn.Module, seed: int = 0) -> torch.Tensor:
+    """The loss of one batch through ``model`` (a ``Branchy``), from its first output only."""
+    import torch.nn.functional as F
+
+    generator = torch.Generator().manual_seed(seed)
+    features = torch.randn(16, 8, generator=generator)
+    labels = torch.randint(0, 3, (16,), generator=generator)
+    device = next(model.parameters()).device
+    logits, _ = model(features.to(device))
+    return F.cross_entropy(logits, labels.to(device))
+
+
+def ddp_unused(rank: int, world_size: int, port: int) -> None:
+    """Train a ``Branchy`` under DDP until it fails; report the parameters DDP's error names."""
+    import torch.distributed as dist
+
+    device = group.join(rank, world_size, port)
+    try:
+        dist.set_debug_level(dist.DebugLevel.INFO)  # DDP's error then names them
+        torch.manual_seed(0)
+        model = _wrap(Branchy(), device)
+        error = ""
+        try:
+            for step in range(2):
+                branchy_loss(model, seed=rank + step).backward()
+        except RuntimeError as failure:
+            error = str(failure)
+        found = re.search(r"Parameters which did not receive grad for rank \d+: (.*)", error)
+        named = sorted(found[1].strip().split(", ")) if found else []
+        _send(UnusedReport(rank=rank, error=error.splitlines()[0] if error else "", named=named))
+        del model
+    finally:
+        dist.set_debug_level(dist.DebugLevel.OFF)
+        group.leave()
+
+
+# -- 13: seeds for shuffling and for augmentation -----------------------------------------
+class Jittered(Dataset):
+    """Item ``i`` is ``(i, noise)``, the noise drawn where the item is loaded (augmentation)."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor]:
+        return index, torch.rand(())
+
+
+def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
+    """Build the learner's loader twice; report the indices and the noise of one epoch each."""
+    import multiprocessing
+
+    # a rank forked from the warm server starts processes the server's way
+    # (forkserver); a script starts its loader's workers the platform's way
+    multiprocessing.set_start_method(None, force=True)
+    worker = load(path)
+    group.join(rank, world_size, port)
+    try:
+        torch.manual_seed(0)  # what a script does first, the same on every rank
+
+        def one_epoch() -> tuple[list[int], list[float]]:
+            loader = worker.make_loader(Jittered(SEEDS_SIZE), rank, world_size, seed)
+            indices, noise = [], []
+            for index, jitter in loader:
+                indices += [int(i) for i in index]
+                noise += [round(float(n), 6) for n in jitter]
+            return indices, noise
+
+        indices, noise = one_epoch()
+        _, again = one_epoch()
+        _send(SeedsReport(rank=rank, indices=indices, noise=noise, again=again))
+    finally:
+        group.leave()

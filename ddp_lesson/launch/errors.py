@@ -1,0 +1,320 @@
+"""What a learner reads when a launch goes wrong: one short message naming the cause and the fix.
+
+A failing rank's traceback runs through torch's internals and the
+multiprocessing machinery; the message keeps the rank, the error, the line
+of the learner's file that raised it, and a hint where the cause is a
+known mistake. The full traceback stays on the exception
+(``.rank_traceback``) for whoever wants it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+
+class LaunchError(RuntimeError):
+    """A rank of a supervised launch failed; the message says which and why.
+
+    Attributes:
+        rank: the rank that failed first, or ``None`` if not known.
+        rank_traceback: the failing rank's full traceback text, if it raised.
+        output: everything the ranks printed during the launch (head and tail).
+    """
+
+    def __init__(
+        self, message: str, rank: int | None = None, rank_traceback: str = "", output: str = ""
+    ):
+        super().__init__(message)
+        self.rank = rank
+        self.rank_traceback = rank_traceback
+        self.output = output
+
+    def brief(self) -> str:
+        r"""The error and the worker line, without what changes from run to run.
+
+        Which rank fails first, file paths and port numbers differ between two
+        runs of the same faulty worker; the error and the line that raised it
+        do not, so a notebook can print this and still compare equal.
+
+        >>> error = LaunchError(
+        ...     "rank 1 raised RuntimeError: Connection closed by peer [127.0.0.1]:4123"
+        ...     "\n  at w.py, line 3, in main: all_reduce(t)\nAny other ranks were stopped."
+        ... )
+        >>> print(error.brief())
+        RuntimeError: Connection closed by peer [127.0.0.1]
+        at w.py, line 3, in main: all_reduce(t)
+        """
+        first, *rest = str(self).splitlines()
+        first = first.split(" raised ", 1)[-1]
+        first = re.sub(r"\[/\S+\] ", "", re.sub(r"\]:\d+", "]", first))
+        where = [line.strip() for line in rest if line.strip().startswith("at ")]
+        return "\n".join([first[:150]] + where[:1])
+
+
+class LaunchTimeout(LaunchError):
+    """A supervised launch ran past its deadline and its ranks were stopped."""
+
+
+class LaunchInterrupted(KeyboardInterrupt):
+    """A supervised launch was interrupted (the stop button); its ranks were stopped.
+
+    It is a ``KeyboardInterrupt``, so code that catches one still does; a
+    notebook shows it as its one-line message.
+    """
+
+
+def _show_short(shell, etype, evalue, tb, tb_offset=None) -> list[str]:
+    """Show a launch's error in a notebook as its message alone.
+
+    The message already names the rank, the error and the worker's line;
+    the frames of the course's own code would only bury it.
+    """
+    lines = [f"\x1b[31m{etype.__name__}\x1b[0m: {evalue}"]
+    shell._showtraceback(etype, evalue, lines)
+    return lines
+
+
+def show_short_errors() -> None:
+    """In an IPython kernel, show launch errors as their message, not a traceback.
+
+    Called by a launch when it starts, so only a session that launches
+    something gets it; importing the course changes nothing in IPython.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "set_custom_exc"):
+        return
+    if (LaunchError, LaunchInterrupted) != getattr(shell, "custom_exceptions", ()):
+        shell.set_custom_exc((LaunchError, LaunchInterrupted), _show_short)
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+
+#: Frames from these places are the machinery, not the learner's code.
+_MACHINERY = (
+    "site-packages",
+    "dist-packages",
+    "/lib/python",
+    "<frozen",
+    str(Path(__file__).resolve().parents[1]) + "/",  # the course's own package
+)
+
+
+def worker_frame(trace: str) -> str:
+    """The innermost traceback frame outside torch, the standard library and the course.
+
+    >>> trace = 'Traceback...\\n  File "/x/workers/w.py", line 3, in main\\n    f()\\nE: boom'
+    >>> worker_frame(trace)
+    'workers/w.py, line 3, in main: f()'
+    """
+    lines = trace.splitlines()
+    found = ""
+    for i, text in enumerate(lines):
+        match = _FRAME.match(text)
+        if match and not any(s in match["file"] for s in _MACHINERY):
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            name = Path(match["file"])
+            shown = f"{name.parent.name}/{name.name}" if name.parent.name else name.name
+            found = f"{shown}, line {match['line']}, in {match['func']}: {code}"
+    return found
+
+
+def last_error_line(trace: str) -> str:
+    """The last ``SomeError: message`` line of ``trace``.
+
+    A message that starts on the lines below its ``SomeError:`` (as
+    multiprocessing's own do) is joined up to the end of its first sentence.
+    """
+    lines = [line for line in trace.strip().splitlines() if line.strip()]
+    for at in range(len(lines) - 1, -1, -1):
+        text = lines[at]
+        if not text.startswith(" ") and ("Error" in text or "Exception" in text or ":" in text):
+            if not text.rstrip().endswith(":"):
+                return text.strip()
+            words = []
+            for more in lines[at + 1 :]:
+                if not more.startswith(" "):
+                    break
+                words.append(more.strip())
+                if more.rstrip().endswith("."):
+                    break
+            return " ".join([text.strip(), *words])
+    return lines[-1].strip() if lines else "an unknown error"
+
+
+def _hint(error: str, names: tuple[str, ...] = ()) -> str:
+    """A sentence on the likely mistake behind a rank's error, if it is a known one.
+
+    Args:
+        error: the rank's ``SomeError: message`` line.
+        names: the functions the ranks were started with (``main``).
+    """
+    called = any(f"{name}() takes" in error or f"{name}() missing" in error for name in names)
+    if error.startswith("TypeError") and called:
+        return (
+            "mp.spawn passes each process its rank as the first argument by itself; "
+            "args=(...) must hold only the arguments that come after rank in main's "
+            "signature."
+        )
+    if "clients joined" in error or "waiting for clients" in error:
+        return (
+            "not every rank reached init_process_group: start world_size processes "
+            "(nprocs=world_size) and make every rank call it."
+        )
+    if "bootstrapping phase" in error:
+        return (
+            "Each new process imports the file that called mp.spawn, and that file called "
+            "mp.spawn again. Put the code that starts the processes under "
+            '`if __name__ == "__main__":`, as the lesson\'s script does.'
+        )
+    return ""
+
+
+def early_exits(ended: dict[int, int], reported: set[int]) -> list[str]:
+    """Phrases for ranks that ended cleanly (code 0) without sending a report.
+
+    Args:
+        ended: exit code per rank, for the ranks that have ended.
+        reported: the ranks whose report arrived.
+
+    >>> early_exits({0: 1, 1: 0}, reported=set())
+    ['rank 1 exited with code 0 before it reported']
+    """
+    return [
+        f"rank {rank} exited with code 0 before it reported"
+        for rank, code in sorted(ended.items())
+        if code == 0 and rank not in reported
+    ]
+
+
+def raised(index: int, trace: str, early: list[str], names: tuple[str, ...] = ()) -> str:
+    """The message for a rank whose function raised (``trace``: its traceback text).
+
+    Args:
+        index: the rank.
+        trace: its traceback.
+        early: ranks that ended before reporting (see :func:`early_exits`).
+        names: the functions the ranks were started with.
+    """
+    if "WorkerNotFound: " in trace:  # the rank's own message says it all
+        return trace.rsplit("WorkerNotFound: ", 1)[-1].strip()
+    where = worker_frame(trace)
+    error = last_error_line(trace)
+    message = f"rank {index} raised {error}"
+    if where:
+        message += f"\n  at {where}"
+    if early and re.search(r"(?i)peer|connection|closed|reset|timed out|timeout", error):
+        message += (
+            f"\nThe likely cause: {'; '.join(early)}, so the others lost a partner in the "
+            "middle of their collectives. Every rank must run to the end of its function "
+            "(no early return, sys.exit or os._exit)."
+        )
+    hint = _hint(error, names)
+    if hint:
+        message += f"\n{hint}"
+    return message + (
+        "\nAny other ranks were stopped. The rank's full traceback is in "
+        "the exception's .rank_traceback."
+    )
+
+
+def exited(index: int, exit_code: int, signal_name: str | None, output: str) -> str:
+    """The message for a rank that died without raising (a signal, or a non-zero exit)."""
+    how = f"was killed by {signal_name}" if signal_name else f"exited with code {exit_code}"
+    error = last_error_line(output) if output.strip() else ""
+    before_main = "spawn_main" in output and "_wrap" not in output
+    if before_main and "bootstrapping phase" in output:
+        return f"rank {index} {how} before it could run its function: {error}\n" + _hint(
+            "bootstrapping phase"
+        )
+    if before_main and error:
+        return (
+            f"rank {index} {how} while importing the worker module, before it "
+            f"could run its function: {error}\nFix the worker file (re-run its %%writefile "
+            "cell), then re-run the cell that imports and launches it."
+        )
+    message = f"rank {index} {how} without raising a Python error in its function"
+    if error:
+        message += f"; its last words: {error}"
+    return message + (
+        ". Any other ranks were stopped. A rank that exits early (sys.exit, os._exit), is "
+        "killed, or crashes in native code leaves the others waiting for it."
+    )
+
+
+def not_found(index: int, target, error: BaseException) -> str:
+    """The message for a rank that could not import the function it was asked to run.
+
+    Args:
+        index: the rank.
+        target: what it was asked to run (``module`` and ``name``).
+        error: what importing the module, or finding the function in it, raised.
+    """
+    cause = f"{type(error).__name__}: {error}"
+    if isinstance(error, AttributeError) and target.name in str(error):
+        return f"rank {index} found no {target.name} in {target.module}: {cause}"
+    return (
+        f"rank {index} failed while importing the worker module {target.module}, before it "
+        f"could run its function: {cause}\nFix the worker file (re-run its %%writefile "
+        "cell), then re-run the cell that imports and launches it."
+    )
+
+
+def defined_in_notebook(name: str) -> str:
+    """The message for a function typed into a notebook cell and handed to ``mp.spawn``."""
+    return (
+        f"{name} is defined in this notebook, and a new process cannot import a function "
+        "defined in a notebook cell: each rank receives the function by module and name "
+        "and imports it. Write the function to a file (a %%writefile cell), import that "
+        "module, and pass module.main to mp.spawn."
+    )
+
+
+def left_early(early: list[str]) -> str:
+    """The message for a launch stopped because a rank ended before the others and unreported."""
+    return (
+        f"{'; '.join(early)}, while the other ranks still needed it, so they were stopped. "
+        "Every rank must run to the end of its function and report (no early return, "
+        "sys.exit or os._exit)."
+    )
+
+
+def timeout(
+    timeout_s: float,
+    started: int,
+    world_size: int | None,
+    reported: list[int],
+    early: list[str],
+) -> str:
+    """The message for a launch stopped at its deadline."""
+    if world_size is None:
+        return (
+            f"it did not finish within {timeout_s:g} s, so it was stopped with the "
+            f"{started} process(es) it had started"
+        )
+    message = (
+        f"the launch did not finish within {timeout_s:g} s, so its "
+        f"{started} process(es) were stopped. world_size was {world_size}; "
+        f"ranks that reported back: {reported or 'none'}. "
+    )
+    if early:
+        return message + (
+            f"{'; '.join(early).capitalize()}, and the others waited for it: every rank must "
+            "run to the end of its function (no early return, sys.exit or os._exit)."
+        )
+    if 0 < started < world_size:
+        return message + (
+            f"Only {started} process(es) were started for a world of "
+            f"{world_size}, so the group waited for ranks that never came: pass "
+            "nprocs=world_size to mp.spawn."
+        )
+    return message + (
+        "Ranks hang when one of them waits in a collective (init_process_group, "
+        "all_reduce, a DDP backward) that another rank never reaches, or when the ranks "
+        "were not told where to meet (MASTER_PORT must be run.port). Check that every "
+        "rank runs the same collectives and that nprocs=world_size."
+    )

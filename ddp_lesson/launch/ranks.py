@@ -1,0 +1,218 @@
+"""The launch's side of a rank: what every rank it starts does before the learner's function.
+
+A launch never relies on a rank importing the course to set itself up.
+It starts each rank at :func:`entry`, handing it a :class:`RankStart`, and
+:func:`enter` does, explicitly and in this order:
+
+* stop itself, and everything it starts, as soon as the process that
+  started it or the launching process is gone: a kernel killed mid-launch
+  must not leave ranks behind (first, since the next steps can block);
+* take the launch's environment, working folder and import path (a rank
+  forked from the warm server starts with the server's);
+* send its output to the launch (forked ranks open the launch's pipe);
+* use the launch's number of torch threads;
+* send its reports to the launch's folder (:func:`ddp_lesson.reports.connect`);
+* adopt its own orphans;
+* skip the interpreter's last garbage collections at exit (0.6-0.7 s per
+  rank after ``import torch`` and a ``DDP(...)``; nothing a rank leaves
+  behind needs a cycle collected).
+
+Then :func:`entry` imports the function by module and name, as
+``mp.spawn`` would, and calls it with the rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .. import reports
+from . import processes
+
+#: Seconds between two looks at whether the launching process is still there.
+WATCH_S = 0.5
+
+
+@dataclass(frozen=True)
+class RankStart:
+    """What a launch hands every rank it starts.
+
+    Attributes:
+        folder: where the rank's reports go.
+        launcher: the pid of the process that opened the launch.
+        threads: torch threads for the rank.
+        env: the launch's environment (a forked rank takes it over).
+        output: the launch's named pipe for a forked rank's output; empty
+            when the rank inherited its output from the launching process.
+        cwd: the launching process's working folder.
+        sys_path: the launching process's import path.
+    """
+
+    folder: str
+    launcher: int
+    threads: int
+    env: dict[str, str] = field(default_factory=dict)
+    output: str = ""
+    cwd: str = ""
+    sys_path: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Target:
+    """A function named by module and name, imported by the rank that runs it.
+
+    Naming it, rather than pickling it, lets a rank forked from a server
+    that started long ago import the worker file as it is now, and lets a
+    function that cannot be found fail with a message that says why.
+    """
+
+    module: str
+    name: str
+
+    @classmethod
+    def of(cls, fn: Callable) -> Target | None:
+        """The target for a module-level function, or ``None`` for anything else."""
+        module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+        if not module or module == "__main__" or not name or "<" in name:
+            return None
+        return cls(module, name)
+
+    def resolve(self) -> Callable:
+        found: object = importlib.import_module(self.module)
+        for part in self.name.split("."):
+            found = getattr(found, part)
+        return found  # type: ignore[return-value]
+
+    def __str__(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+class WorkerNotFound(RuntimeError):
+    """Raised in a rank that could not import or find the function it was asked to run."""
+
+
+def entry(index: int, start: RankStart, target: Target | Callable, *args: object) -> None:
+    """What every rank of a launch runs: :func:`enter`, then ``target(index, *args)``."""
+    from . import errors
+
+    enter(start)
+    if isinstance(target, Target):
+        try:
+            with _no_spawning(target):
+                target = target.resolve()
+        except WorkerNotFound:
+            raise
+        except Exception as error:  # whatever importing the learner's file raised
+            raise WorkerNotFound(errors.not_found(index, target, error)) from error
+    target(index, *args)
+
+
+@contextlib.contextmanager
+def _no_spawning(target: Target):
+    """While the worker's module is imported, starting processes is refused with a reason.
+
+    A worker module that calls ``mp.spawn`` at its top level would have
+    every rank that imports it start ranks of its own.
+    """
+    import torch.multiprocessing as mp
+
+    spawn = sys.modules["torch.multiprocessing.spawn"]
+    saved = spawn.start_processes, mp.start_processes
+
+    def refused(*args, **kwargs):
+        raise WorkerNotFound(
+            f"importing the worker module {target.module} called mp.spawn: its top level "
+            "starts processes, so every rank that imports it would start ranks of its "
+            'own. Put the lines that start the processes under `if __name__ == "__main__":`, '
+            "as the lesson's script does."
+        )
+
+    spawn.start_processes = mp.start_processes = refused
+    try:
+        yield
+    finally:
+        spawn.start_processes, mp.start_processes = saved
+
+
+def enter(start: RankStart) -> None:
+    """Set up this process as a rank of the launch described by ``start`` (see the module)."""
+    import torch
+
+    # First, before anything that can block (opening the launch's pipes
+    # waits for the launching process to open the other end).
+    watch_launcher(start.launcher)
+    if start.env:
+        os.environ.clear()
+        os.environ.update(start.env)
+    if start.cwd:
+        os.chdir(start.cwd)
+    if start.sys_path:
+        sys.path[:] = list(start.sys_path)
+    sys.dont_write_bytecode = True  # an edited worker file is never shadowed
+    if start.output:
+        out = os.open(start.output, os.O_WRONLY)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+    torch.set_num_threads(start.threads)
+    reports.connect(start.folder)
+    processes.become_subreaper()
+    quick_exit()
+
+
+def watch_launcher(launcher: int) -> None:
+    """Stop this rank, and what it started, once its parent or the launching process is gone.
+
+    torch.multiprocessing asks Linux for SIGINT on parent death, which does
+    nothing in a process that ignores SIGINT (anything started in the
+    background inherits that), and a forked rank's parent is the warm
+    server, not the kernel. So a small daemon thread watches both the
+    rank's parent and the process that opened the launch; it also checks
+    once right away, in case the kernel died while this rank was starting.
+    """
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def orphaned() -> bool:
+        return os.getppid() != parent or (launcher > 0 and not processes.alive(launcher))
+
+    def die() -> None:
+        for proc in processes.descendants():
+            try:
+                proc.kill()
+            except Exception:  # gone already
+                pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if orphaned():
+        die()
+
+    def watch() -> None:
+        while not orphaned():
+            time.sleep(WATCH_S)
+        die()
+
+    threading.Thread(target=watch, name="ddp-lesson-launcher-watch", daemon=True).start()
+
+
+def quick_exit() -> None:
+    """Spare this rank the interpreter's last garbage collections when it exits.
+
+    At exit Python walks every object still alive looking for reference
+    cycles; after importing torch and a first ``DDP(...)`` that is several
+    hundred thousand objects. Reports and progress are written as they are
+    sent, so at exit the objects are frozen: the collector skips them, and
+    the rest of shutdown (atexit handlers, module teardown, reference
+    counting) happens as usual.
+    """
+    import atexit
+    import gc
+
+    atexit.register(gc.freeze)

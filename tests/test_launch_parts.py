@@ -1,0 +1,151 @@
+"""The parts of the launch layer on their own: rank start-up, process liveness, the tree."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from ddp_lesson.launch import processes
+
+#: Every module of the course, imported by the no-side-effects test.
+MODULES = [
+    "ddp_lesson",
+    "ddp_lesson.bench",
+    "ddp_lesson.data",
+    "ddp_lesson.devices",
+    "ddp_lesson.doctor",
+    "ddp_lesson.doctor.probe",
+    "ddp_lesson.exercises",
+    "ddp_lesson.exercises.checks",
+    "ddp_lesson.exercises.generate",
+    "ddp_lesson.exercises.probes.stages",
+    "ddp_lesson.group",
+    "ddp_lesson.launch",
+    "ddp_lesson.launch.elastic",
+    "ddp_lesson.launch.ranks",
+    "ddp_lesson.launch.warm",
+    "ddp_lesson.models",
+    "ddp_lesson.reports",
+    "ddp_lesson.sources",
+    "ddp_lesson.stages",
+    "ddp_lesson.views",
+]
+
+
+def test_importing_the_course_starts_no_thread_and_installs_no_hook():
+    # In a fresh interpreter with an IPython shell, as a notebook kernel has;
+    # the packages the course uses are imported first, so that what they do
+    # at import (torch registers atexit handlers) is not counted.
+    script = f"""
+import atexit, importlib, sys, threading
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+import torch, torch._dynamo, torch.distributed, torch.distributed.run
+import matplotlib.pyplot, ipywidgets, nbformat, psutil
+def state():
+    return ([t.name for t in threading.enumerate()], sys.excepthook,
+            shell.custom_exceptions, atexit._ncallbacks(), sys.meta_path[:])
+before = state()
+for name in {MODULES!r}:
+    importlib.import_module(name)
+import ddp_lesson.exercises.checks as checks
+checks.check_spawn  # the checks' own modules, found on first use
+after = state()
+print([a == b for a, b in zip(before, after)], after[0], after[3])
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=180, check=True
+    ).stdout
+    assert out.startswith("[True, True, True, True, True]"), out
+
+
+def test_a_rank_freezes_its_objects_at_exit_only_when_a_launch_set_it_up(tmp_path):
+    # An atexit handler registered first runs last: it sees what the
+    # interpreter's final garbage collections would see.
+    script = (
+        "import atexit, gc, sys\n"
+        "before = gc.get_freeze_count()  # some Pythons freeze a few objects at start\n"
+        "atexit.register(lambda: open(sys.argv[1], 'w').write(str(gc.get_freeze_count() - before)))\n"
+        "import ddp_lesson.launch.ranks as ranks\n"
+        "if sys.argv[2] == 'rank':\n"
+        "    ranks.quick_exit()\n"
+    )
+    frozen = {}
+    for who in ("rank", "notebook"):
+        out = tmp_path / f"frozen-{who}.txt"
+        subprocess.run([sys.executable, "-c", script, str(out), who], check=True, timeout=120)
+        frozen[who] = int(out.read_text())
+    assert frozen["rank"] > 10_000, frozen  # torch's objects, skipped by the last collections
+    assert frozen["notebook"] == 0, frozen  # importing the course changes nothing
+
+
+def test_a_process_counts_as_alive_until_it_exits_even_before_it_is_reaped():
+    assert processes.alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while processes.alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE  # nobody waited yet
+    assert not processes.alive(child.pid)
+    child.wait()
+    assert not processes.alive(child.pid)  # reaped: no such process
+
+
+def test_an_orphan_is_adopted_and_stopped_with_the_tree():
+    # A child that starts a grandchild and exits at once: the grandchild is
+    # an orphan, which this process adopts while it is a subreaper.
+    code = "import subprocess, sys; subprocess.Popen(['sleep', '300']); sys.exit(0)"
+    with processes.adopting_orphans() as supported:
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+        deadline = time.monotonic() + 10
+        orphans = []
+        while not orphans and time.monotonic() < deadline:
+            orphans = [p for p in processes.descendants() if "sleep" in p.name()]
+            time.sleep(0.05)
+        if supported:
+            assert orphans, "the orphaned grandchild was not adopted"
+        stopped = processes.stop_tree(processes.descendants, grace_s=1)
+    if supported:
+        assert stopped >= 1
+    assert not [p for p in processes.descendants() if "sleep" in p.name()]
+
+
+def test_a_rank_whose_launcher_is_gone_stops_even_while_its_output_pipe_blocks(tmp_path):
+    # A rank forked while the kernel dies opens the launch's output pipe,
+    # which blocks until a reader comes: none ever will. It must end anyway.
+    pipe = tmp_path / "output"
+    os.mkfifo(pipe)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    script = (
+        "import sys\n"
+        "from ddp_lesson.launch import ranks\n"
+        f"ranks.enter(ranks.RankStart(folder='', launcher={gone.pid}, threads=1, "
+        f"output={str(pipe)!r}))\n"
+        "print('entered')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done
+
+
+def test_stale_folders_of_killed_launches_and_their_servers_are_removed(tmp_path):
+    from ddp_lesson.launch import supervisor
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    launch_folder = tmp_path / f"{supervisor.FOLDER_PREFIX}{gone.pid}-abc"
+    server_folder = tmp_path / "pymp-abc"
+    live_folder = tmp_path / "pymp-live"
+    other_folder = tmp_path / "pymp-someone-else"  # not the course's: never touched
+    for folder in (launch_folder, server_folder, live_folder, other_folder):
+        folder.mkdir()
+    (server_folder / f"{supervisor.SERVER_MARK}{gone.pid}").touch()
+    (live_folder / f"{supervisor.SERVER_MARK}{os.getppid()}").touch()
+    removed = supervisor.remove_stale_folders(tmp_path)
+    assert sorted(removed) == sorted([str(launch_folder), str(server_folder)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pymp-live", "pymp-someone-else"]
