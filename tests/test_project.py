@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (below requires-python): pip's tomli
+    from pip._vendor import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -27,23 +34,85 @@ def test_readme_shows_exactly_two_commands_and_ci_runs_the_test_one():
         for line in (ROOT / ".ci" / "run").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    assert ci[-1] == "make test"
+    assert "make test" in ci, ".ci/run must run the README's test command"
 
 
-def test_environment_yml_matches_pyproject():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = set(project["dependencies"]) | set(project["optional-dependencies"]["test"])
-    env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _conda_pip(name: str) -> tuple[dict, list[str]]:
+    env = yaml.safe_load((ROOT / name).read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    return env, pip
+
+
+def test_conda_files_match_pyproject():
+    project = _project()
+    env, pip = _conda_pip("environment.yml")
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
     assert "pip" in conda
-    assert any(d.startswith("python=3.") for d in conda)
-    assert set(pip) - {"-e ."} == wanted
-    assert "-e ." in pip
+    python = next(d for d in conda if d.startswith("python="))
+    low = project["requires-python"].split(",")[0].removeprefix(">=")
+    assert python == f"python={low}", "the conda file's Python is the lowest supported one"
+    assert "--constraint constraints.txt" in pip and "-e ." in pip
+    assert set(pip) - {"-e .", "--constraint constraints.txt"} == set(project["dependencies"])
+
+    env_test, pip_test = _conda_pip("environment-test.yml")
+    assert env_test["name"] == env["name"]
+    assert "--constraint constraints.txt" in pip_test
+    wanted = set(project["optional-dependencies"]["test"])
+    assert set(pip_test) - {"--constraint constraints.txt"} == wanted
+
+
+def _constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep and version, f"constraints.txt pins exact versions: {line!r}"
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def test_constraints_pin_what_the_compared_outputs_depend_on():
+    from packaging.requirements import Requirement
+
+    pins = _constraints()
+    assert {"numpy", "scikit-learn", "ipywidgets"} <= set(pins)
+    assert "torch" not in pins, "torch is pinned once, in pyproject.toml"
+    project = _project()
+    for dep in project["dependencies"] + project["optional-dependencies"]["test"]:
+        requirement = Requirement(dep)
+        if requirement.name.lower() in pins:
+            version = pins[requirement.name.lower()]
+            assert requirement.specifier.contains(version), (
+                f"constraints.txt pins {requirement.name}=={version}, outside pyproject's {dep}"
+            )
+
+
+def test_this_environment_follows_the_constraints():
+    from importlib.metadata import version
+
+    for name, pinned in _constraints().items():
+        assert version(name) == pinned, (
+            f"{name} {version(name)} is installed, constraints.txt pins {pinned}: "
+            "the notebooks' compared outputs were made with the pinned version; "
+            "reinstall with: make install-test (or pip install -c constraints.txt -e '.[test]')"
+        )
+
+
+def test_makefile_installs_both_layers_with_the_constraints():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(PIP) install --constraint $(CONSTRAINTS) -e ." in makefile
+    assert "$(PIP) install --constraint $(CONSTRAINTS) -r $(VENV)/test-requirements.txt" in makefile
+    assert "CONSTRAINTS := constraints.txt" in makefile
+    assert "tools/install_torch.py" in makefile
 
 
 def test_torch_is_pinned_to_one_release():
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = _project()["dependencies"]
     assert [d for d in deps if d.startswith("torch")] == ["torch==2.13.0"]
 
 
@@ -115,3 +184,48 @@ def test_nbval_ignores_only_with_a_reason():
 def test_generated_workers_are_not_tracked():
     ignore = (ROOT / ".gitignore").read_text()
     assert "notebooks/workers/*" in ignore
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_installs_each_layer_once(tmp_path):
+    """`make lab` after `make test` installs nothing; `make test` after it adds the extras."""
+    for name in ("Makefile", "pyproject.toml", "constraints.txt", "tools/install_torch.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").write_text("#!/bin/sh\n")
+    (venv_bin / "python").chmod(0o755)
+    names = ("pyproject.toml", "constraints.txt", "tools/install_torch.py")
+    sources = [tmp_path / n for n in names]
+    lab, test = tmp_path / ".venv" / ".installed-lab", tmp_path / ".venv" / ".installed-test"
+
+    def make(*args: str) -> subprocess.CompletedProcess:
+        # make's messages in English, and no "Entering directory" when make runs the tests
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL")}
+        env["LC_ALL"] = "C"
+        command = ["make", "--no-print-directory", "-n", *args]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    def stamp(path: Path, age: int) -> None:
+        path.touch()
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+
+    for source in sources:
+        stamp(source, 300)
+    plan = make("install").stdout
+    assert "tools/install_torch.py" in plan and "-e ." in plan and "test-requirements" not in plan
+
+    stamp(lab, 200)
+    assert "tools/install_torch.py" not in make("install").stdout
+    plan = make("install-test").stdout
+    assert "test-requirements.txt" in plan and "tools/install_torch.py" not in plan
+    assert " -e ." not in plan
+
+    stamp(test, 100)
+    for target in ("install", "install-test"):
+        assert "Nothing to be done" in make(target).stdout, target
+
+    stamp(tmp_path / "pyproject.toml", 50)  # a changed dependency list: both layers again
+    plan = make("install-test").stdout
+    assert "tools/install_torch.py" in plan and "test-requirements.txt" in plan
