@@ -15,12 +15,21 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
-from ddp_lesson import checks, devices, exercises
+from ddp_lesson import devices, models, sources
+from ddp_lesson.exercises import checks
+from ddp_lesson.exercises import generate as exercises
+from ddp_lesson.exercises.checks import answers, base, faults
+from ddp_lesson.stages import stage
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSWERS = Path(__file__).resolve().parent / "exercise_answers"
 PLAN = devices.plan()
-CONNECTING, SPLITTING, SYNCING = checks.STAGES[1], checks.STAGES[2], checks.STAGES[3]
+STARTING, CONNECTING, SPLITTING, SYNCING, TEARDOWN = (
+    stage(key).title
+    for key in ("spawning", "process_group", "data_division", "model_wrapping", "teardown")
+)
+#: Lesson notebooks that teach a skill, each of which has exercises.
+SKILLS = ["02", "03", "04", "05", "06", "07", "08", "09", "10"]
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -28,12 +37,44 @@ pytestmark = pytest.mark.usefixtures("no_leftovers")
 @pytest.fixture
 def short_deadline(monkeypatch):
     """For answers whose ranks never meet: end the check's launch sooner."""
-    monkeypatch.setattr(checks, "CHECK_TIMEOUT_S", 15)
+    monkeypatch.setattr(base, "CHECK_TIMEOUT_S", 15)
+
+
+@pytest.fixture(autouse=True)
+def fresh_tries():
+    """Every test starts with no wrong tries counted (a check reveals after a few)."""
+    answers.forget()
+    yield
+    answers.forget()
+
+
+def written(notebook: str, target: str, folder: Path) -> Path:
+    """Write the file a solution notebook's ``%%writefile`` cell writes, into ``folder``."""
+    text = sources.writefile_cells(ROOT / "solutions" / notebook)[f"workers/{target}"]
+    path = folder / target
+    path.write_text(text)
+    return path
+
+
+def stubbed(notebook: str, target: str, folder: Path) -> Path:
+    """The same file as the generated exercise notebook writes it: with its stubs."""
+    text = sources.writefile_cells(ROOT / "exercises" / notebook)[f"workers/{target}"]
+    path = folder / target
+    path.write_text(text)
+    return path
 
 
 # -- one source -------------------------------------------------------------------
 def test_exercises_are_generated_byte_identically_from_solutions():
     assert exercises.generate(ROOT, check=True) == 0
+
+
+def test_every_skill_notebook_has_exercises_with_the_lessons_stem():
+    lessons = {p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    for number in SKILLS:
+        stem = next(s for s in lessons if s.startswith(number))
+        assert (ROOT / "solutions" / f"{stem}.ipynb").is_file(), stem
+        assert (ROOT / "exercises" / f"{stem}.ipynb").is_file(), stem
 
 
 def test_exercise_cells_contain_no_solution():
@@ -179,22 +220,37 @@ def test_check_sampler_passes_a_right_answer():
     assert checks.check_sampler(ANSWERS / "sampler_separate_variable.py")
 
 
+PREDICTION = dict(size=10, world_size=3, rank=2, shuffle=False)
+
+
 @pytest.mark.parametrize(
     ("predicted", "fragment"),
-    [([2, 5, 8], "padding repeats [0, 1]"), ([2, 5, 8, 9], "[2, 5, 8, 1]")],
+    [
+        ([2, 5, 8], "the length"),
+        ([2, 5, 8, 9], "the padding repeats"),
+        ([1, 4, 7, 0], "rank 1's list"),
+        ([8, 9, 0, 1], "consecutive blocks"),
+        ([8, 5, 2, 1], "wrong order"),
+    ],
 )
-def test_check_sampler_prediction_fails_wrong_answers(predicted, fragment):
-    result = checks.check_sampler_prediction(
-        predicted, size=10, world_size=3, rank=2, shuffle=False
-    )
+def test_check_sampler_prediction_says_what_is_wrong_without_the_answer(predicted, fragment):
+    result = checks.check_sampler_prediction(predicted, **PREDICTION)
     assert result.status == checks.FAILED and result.stage == SPLITTING
-    assert fragment in str(result)
+    assert fragment in str(result), str(result)
+    assert "[2, 5, 8, 1]" not in str(result), "the first wrong try must not show the answer"
+
+
+def test_check_sampler_prediction_reveals_after_three_tries_or_on_request():
+    for _ in range(2):
+        assert "[2, 5, 8, 1]" not in str(checks.check_sampler_prediction([2], **PREDICTION))
+    assert "[2, 5, 8, 1]" in str(checks.check_sampler_prediction([2], **PREDICTION))
+    answers.forget()
+    assert "[2, 5, 8, 1]" in str(checks.check_sampler_prediction([2], reveal=True, **PREDICTION))
 
 
 def test_check_sampler_prediction_passes_a_right_answer():
-    assert checks.check_sampler_prediction(
-        (2, 5, 8, 1), size=10, world_size=3, rank=2, shuffle=False
-    )
+    assert checks.check_sampler_prediction((2, 5, 8, 1), **PREDICTION)
+    assert checks.check_sampler_prediction(..., **PREDICTION).status == checks.NOT_ATTEMPTED
 
 
 # -- stage 4: synchronising the model -------------------------------------------------
@@ -219,18 +275,184 @@ def test_check_wrap_passes_a_right_answer():
     assert checks.check_wrap(ANSWERS / "wrap_one_expression.py")
 
 
-# -- fault finding ------------------------------------------------------------------
+# -- fault finding: the MEDIUM exercise (06) and the suspects (07) -------------------
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> dict[str, Path]:
+    """The planted scripts, as the solution notebooks write them."""
+    folder = tmp_path_factory.mktemp("planted")
+    found = {"teammate": written("06_full_script.ipynb", "teammate.py", folder)}
+    for name in ("suspect_a", "suspect_b", "suspect_c"):
+        found[name] = written("07_mistakes.ipynb", f"{name}.py", folder)
+    return found
+
+
+def owner(path: Path) -> tuple[int, str]:
+    """The owning line of a planted script: its number and its text."""
+    line = answers.line_of(path, faults.PLANTED[path.stem].owner)
+    return line, path.read_text().splitlines()[line - 1]
+
+
 @pytest.mark.parametrize(
-    ("stage", "line"),
+    ("name", "stage_name", "line", "fragment"),
     [
-        ("splitting the data", "sampler=DistributedSampler(train_dataset)"),
-        ("starting processes", "model = DDP(model, device_ids=[rank])"),
+        # the right stage, and the line next to the fault
+        ("teammate", "starting processes", "nprocs=world_size)", "which value"),
+        # a word that is on several lines is not a line
+        ("teammate", "spawning", "world_size", "is on lines"),
+        ("teammate", "splitting the data", "WORLD_SIZE", "the stage whose code"),
+        ("suspect_a", "splitting the data", "sampler = DistributedSampler(", "sampler itself"),
+        ("suspect_a", "synchronising the model", "shuffle=True", "the stage whose code"),
+        ("suspect_b", "synchronising the model", "argmax(dim=1)", "Where does skipping"),
+        ("suspect_b", "synchronising the model", "model.module(", "is on lines"),
+        ("suspect_c", "teardown", "barrier()", "the stage whose code"),
+        ("suspect_c", "connecting processes", "if rank == 0:", "What else did it capture"),
     ],
 )
-def test_check_medium_fails_wrong_answers(stage, line):
-    result = checks.check_medium(stage, line)
-    assert result.status == checks.FAILED and result.stage == "starting processes"
+def test_fault_checks_fail_wrong_answers_without_the_answer(
+    planted, name, stage_name, line, fragment
+):
+    path = planted[name]
+    if name == "teammate":
+        result = checks.check_medium(stage_name, line, path)
+    else:
+        result = checks.check_suspect(path, stage_name, line)
+    assert result.status == checks.FAILED, str(result)
+    assert fragment in str(result), str(result)
+    number, text = owner(path)
+    assert f"line {number}" not in str(result) and text.strip() not in str(result)
+    right = stage(faults.PLANTED[name].key).title
+    said = answers.stage_named(stage_name)
+    assert result.stage == (right if said == faults.PLANTED[name].key else faults.HIDDEN)
 
 
-def test_check_medium_passes_a_right_answer():
-    assert checks.check_medium("Spawning", "nprocs=world_size in the mp.spawn call")
+@pytest.mark.parametrize("name", ["teammate", "suspect_a", "suspect_b", "suspect_c"])
+def test_fault_checks_pass_the_owning_line_by_number_or_by_text(planted, name):
+    path = planted[name]
+    key = faults.PLANTED[name].key
+    number, text = owner(path)
+
+    def check(stage_name, line):
+        if name == "teammate":
+            return checks.check_medium(stage_name, line, path)
+        return checks.check_suspect(path, stage_name, line)
+
+    assert check(stage(key).title.upper(), number)
+    assert check(key, f"  {text.strip()}   # copied with a comment")
+    assert check(..., number).status == checks.NOT_ATTEMPTED
+
+
+def test_fault_checks_show_the_answer_after_three_wrong_tries_or_on_request(planted):
+    path = planted["suspect_a"]
+    number, _ = owner(path)
+    for _ in range(2):
+        assert f"line {number}" not in str(checks.check_suspect(path, "teardown", 1))
+    assert f"line {number}" in str(checks.check_suspect(path, "teardown", 1))
+    answers.forget()
+    result = checks.check_suspect(path, "teardown", 1, reveal=True)
+    assert f"line {number}" in str(result) and result.stage == SPLITTING
+
+
+def test_fault_check_of_a_file_that_was_not_planted(tmp_path):
+    other = tmp_path / "mine.py"
+    other.write_text("x = 1\n")
+    assert checks.check_suspect(other, "teardown", 1).status == checks.FAILED
+    assert checks.check_suspect(tmp_path / "nowhere.py", "teardown", 1).status == (
+        checks.NOT_ATTEMPTED
+    )
+
+
+# -- the whole script (06) ------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("answer", "stage_title", "fragment"),
+    [
+        ("script_spawn_unguarded.py", STARTING, "outside the __main__ block"),
+        ("script_one_process.py", STARTING, "nprocs=1 on this machine"),
+        ("script_no_rank.py", CONNECTING, "RANK expected"),
+        # the doctor's evidence is its own; the check says what the stage must show
+        ("script_no_sampler.py", SPLITTING, "each rank its own shard"),
+        ("script_no_wrap.py", SYNCING, "one DDP-wrapped model"),
+        ("script_no_destroy.py", TEARDOWN, "releases the group"),
+    ],
+)
+def test_check_ddp_script_fails_wrong_conversions_at_their_stage(answer, stage_title, fragment):
+    result = checks.check_ddp_script(ANSWERS / answer)
+    assert result.status == checks.FAILED and result.stage == stage_title, str(result)
+    assert fragment in str(result), str(result)
+
+
+def test_check_ddp_script_passes_a_conversion_written_independently():
+    result = checks.check_ddp_script(ANSWERS / "script_right_independent.py")
+    assert result, str(result)
+
+
+def test_check_ddp_script_spots_the_exercise_stubs(tmp_path):
+    path = stubbed("06_full_script.ipynb", "my_ddp_script.py", tmp_path)
+    assert checks.check_ddp_script(path).status == checks.NOT_ATTEMPTED
+    assert checks.check_ddp_script(tmp_path / "nowhere.py").status == checks.NOT_ATTEMPTED
+
+
+# -- one worker, two launchers (08) --------------------------------------------------
+@pytest.mark.parametrize(
+    ("answer", "stage_title", "fragment"),
+    [
+        ("launchers_global_device.py", CONNECTING, "the device follows the local rank"),
+        ("launchers_main_forgets_local.py", STARTING, "KeyError: 'LOCAL_RANK'"),
+        ("launchers_local_as_rank.py", CONNECTING, "global rank"),
+    ],
+)
+@pytest.mark.usefixtures("short_deadline")
+def test_check_launchers_fails_wrong_answers(answer, stage_title, fragment):
+    result = checks.check_launchers(ANSWERS / answer)
+    assert result.status == checks.FAILED and result.stage == stage_title, str(result)
+    assert fragment in str(result), str(result)
+
+
+def test_check_launchers_passes_a_right_answer_and_spots_stubs(tmp_path):
+    assert checks.check_launchers(ANSWERS / "launchers_right_explicit.py")
+    path = stubbed("08_torchrun.ipynb", "exercise_08.py", tmp_path)
+    assert checks.check_launchers(path).status == checks.NOT_ATTEMPTED
+
+
+# -- checkpoints (09) ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("answer", "stage_title", "fragment"),
+    [
+        ("checkpoint_no_barrier.py", CONNECTING, "barrier()"),
+        ("checkpoint_wrapper_names.py", SYNCING, "module.linear_relu_stack"),
+        ("checkpoint_no_optimizer.py", SYNCING, "parameters differ"),
+    ],
+)
+def test_check_checkpoint_fails_wrong_answers(answer, stage_title, fragment):
+    result = checks.check_checkpoint(ANSWERS / answer)
+    assert result.status == checks.FAILED and result.stage == stage_title, str(result)
+    assert fragment in str(result), str(result)
+
+
+def test_check_checkpoint_passes_a_right_answer_and_spots_stubs(tmp_path):
+    assert checks.check_checkpoint(ANSWERS / "checkpoint_right_plain.py")
+    path = stubbed("09_checkpoints.ipynb", "exercise_09.py", tmp_path)
+    assert checks.check_checkpoint(path).status == checks.NOT_ATTEMPTED
+
+
+# -- predictions of measurements (10) ---------------------------------------------------
+def test_check_exchange_prediction():
+    grads = sum(p.numel() for p in models.NeuralNetwork().parameters())
+    assert checks.check_exchange_prediction(grads * 4 / 2**20)
+    for wrong, fragment in [(grads * 4 * 64 / 2**20, "too high"), (0.3, "too low")]:
+        result = checks.check_exchange_prediction(wrong)
+        assert result.status == checks.FAILED and result.stage == SYNCING
+        assert fragment in str(result) and "1.15 MB" not in str(result), str(result)
+    halved = checks.check_exchange_prediction(grads * 4 / 2**20 / PLAN.world_size)
+    assert "by the world size" in str(halved), str(halved)
+    assert "1.15 MB" in str(halved), "the third wrong try shows the measurement"
+    assert checks.check_exchange_prediction(...).status == checks.NOT_ATTEMPTED
+    assert checks.check_exchange_prediction("a lot").status == checks.FAILED
+
+
+def test_check_allreduce_prediction():
+    assert checks.check_allreduce_prediction(1)
+    for wrong, fragment in [(16, "too high"), (0.05, "too low")]:
+        result = checks.check_allreduce_prediction(wrong)
+        assert result.status == checks.FAILED and fragment in str(result), str(result)
+        assert " ms" not in str(result), "the first wrong tries do not show the timings"
+    assert checks.check_allreduce_prediction(...).status == checks.NOT_ATTEMPTED

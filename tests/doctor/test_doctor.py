@@ -1,9 +1,12 @@
-"""The doctor, on one planted-fault script per mistake, a correct one, and bad input.
+"""The doctor, on one planted-fault script per mistake of the lesson, a correct one, and bad input.
 
 Every planted script marks the line that owns its fault with a
 ``# planted: <stage>`` comment; the doctor must name exactly that stage and
 that line, and nothing else. Each diagnosis is a real, bounded run of the
 script's processes, and no process may be left behind (``no_leftovers``).
+A diagnosis takes seconds, so one diagnosis serves every check about its
+script (``diagnosed``); the command line is run only where the command line
+itself is under test, on input that is answered before torch is imported.
 """
 
 from __future__ import annotations
@@ -18,26 +21,31 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from ddp_lesson import doctor, doctor_read
+from ddp_lesson import devices, doctor
+from ddp_lesson.doctor import judge
+from ddp_lesson.doctor import read as doctor_read
+from ddp_lesson.doctor.record import ProcessRecord
+from ddp_lesson.doctor.run import Outcome
+from ddp_lesson.stages import KEYS
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 ROOT = SCRIPTS.parents[2]
 PLANTED = sorted(
     p.stem for p in SCRIPTS.glob("*.py") if "# planted:" in p.read_text()
 )
-HEALTHY = ["correct", "lesson_gpu"]
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
-def planted(name: str) -> tuple[str, int]:
+def planted(path: Path) -> tuple[str, int]:
     """The stage and line a planted script marks as owning its fault."""
-    for number, text in enumerate((SCRIPTS / f"{name}.py").read_text().splitlines(), 1):
+    for number, text in enumerate(path.read_text().splitlines(), 1):
         match = re.search(r"# planted: (\w+)", text)
         if match:
             return match[1], number
-    raise AssertionError(f"{name}.py has no '# planted:' marker")
+    raise AssertionError(f"{path.name} has no '# planted:' marker")
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -50,60 +58,41 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
-_healthy_s: list[float] = []
+_diagnosed: dict[tuple, tuple[doctor.Diagnosis, float]] = {}
 
 
-def healthy_diagnosis_s() -> float:
-    """Seconds a diagnosis of the correct script takes on this machine now (measured once)."""
-    if not _healthy_s:
+def diagnosed(name: str, *args: str) -> tuple[doctor.Diagnosis, float]:
+    """The diagnosis of ``scripts/<name>.py`` (run once), and the seconds it took."""
+    key = (name, args)
+    if key not in _diagnosed:
         started = time.monotonic()
-        assert doctor.diagnose(SCRIPTS / "correct.py", 2)
-        _healthy_s.append(time.monotonic() - started)
-    return _healthy_s[0]
+        result = doctor.diagnose(SCRIPTS / f"{name}.py", 2, args=args)
+        _diagnosed[key] = result, time.monotonic() - started
+    return _diagnosed[key]
 
 
 def test_every_mistake_in_the_issue_has_a_planted_script():
-    stages = {planted(name)[0] for name in PLANTED}
-    assert stages == set(doctor.STAGES)
+    stages = {planted(SCRIPTS / f"{name}.py")[0] for name in PLANTED}
+    assert stages == set(KEYS)
     assert len(PLANTED) >= 10
 
 
 @pytest.mark.parametrize("name", PLANTED)
 def test_names_exactly_the_planted_stage_and_line(name):
-    stage, line = planted(name)
-    result = doctor.diagnose(SCRIPTS / f"{name}.py", 2)
+    stage, line = planted(SCRIPTS / f"{name}.py")
+    result, _ = diagnosed(name)
     assert not result.problem, result.problem
     assert result.faults == [stage], str(result)
     assert result.stages[stage].line == line, str(result)
-    assert "run: " in result.stages[stage].evidence, "the run must confirm the code: " + str(
+    assert "run: " in result.stages[stage].evidence, "the run must show the fault: " + str(
         result
     )
-    assert not result.ok
+    assert result.failure is None, str(result)
+    assert not result.ok and result.exit_code == 1
 
 
-@pytest.mark.parametrize("name", HEALTHY)
-def test_a_correct_script_passes_every_stage(name):
-    result = doctor.diagnose(SCRIPTS / f"{name}.py", 2)
-    assert result.ok, str(result)
-    assert [s.status for s in result.stages.values()] == [doctor.OK] * 5, str(result)
-
-
-def test_a_gpu_only_script_says_what_ran_instead():
-    result = doctor.diagnose(SCRIPTS / "lesson_gpu.py", 2)
-    if doctor._has_cuda():
-        pytest.skip("this machine has CUDA: the script ran as written")
-    assert any("no CUDA GPU" in note for note in result.notes)
-    assert "cuda:0, cuda:1" in result.stages["model_wrapping"].evidence
-
-
-def test_a_worker_file_is_spawned_by_the_doctor_with_its_args():
-    result = doctor.diagnose(SCRIPTS / "worker_only.py", 2, args=("3", "0"))
-    assert result.ok, str(result)
-    assert "3 epochs" in result.stages["data_division"].evidence
-
-
-def test_a_busy_fixed_port_does_not_stop_the_run(listening):
-    """The scripts set MASTER_PORT=12355; hold that port, and watch every listening socket."""
+def test_the_correct_script_passes_every_stage_with_its_fixed_port_busy(listening):
+    """correct.py sets MASTER_PORT=12355: hold that port, and watch every listening socket."""
     holder = socket.socket()
     try:
         holder.bind(("127.0.0.1", 12355))
@@ -111,51 +100,70 @@ def test_a_busy_fixed_port_does_not_stop_the_run(listening):
     except OSError:
         pass  # already busy: that is the case under test anyway
     try:
-        result = doctor.diagnose(SCRIPTS / "correct.py", 2)
+        result, _ = diagnosed("correct")
     finally:
         holder.close()
-    assert result.ok, str(result)
+    assert result.ok and result.exit_code == 0, str(result)
+    assert result.completed
+    assert [s.status for s in result.stages.values()] == [doctor.OK] * 5, str(result)
+    assert result.launch.startswith("python correct.py"), result.launch
     seen = set(listening)
     assert seen and seen <= {"127.0.0.1"}, seen
 
 
-def test_a_hanging_script_ends_by_its_deadline(tmp_path):
+def test_a_gpu_only_script_passes_and_says_what_ran_instead():
+    result, _ = diagnosed("lesson_gpu")
+    assert [s.status for s in result.stages.values()] == [doctor.OK] * 5, str(result)
+    if devices.gpus_for(2):
+        pytest.skip("this machine has a GPU for each rank: the script ran as written")
+    gpus = "no CUDA GPU" if not torch.cuda.is_available() else "not one for each of the 2"
+    assert any(gpus in note and "nccl ran as gloo" in note for note in result.notes)
+    assert "cuda:0, cuda:1" in result.stages["model_wrapping"].evidence
+
+
+def test_a_worker_file_is_started_by_the_doctor_with_its_args():
+    result, _ = diagnosed("worker_only", "3", "0")
+    assert result.ok, str(result)
+    assert "3 epochs" in result.stages["data_division"].evidence
+    assert result.launch == "main(rank, 2, 3, 0) in 2 processes started by the doctor"
+
+
+def test_a_hanging_worker_ends_by_its_deadline_and_is_no_success(tmp_path):
     script = tmp_path / "hangs.py"
-    text = (SCRIPTS / "correct.py").read_text()
+    text = (SCRIPTS / "worker_only.py").read_text()
+    assert "    try:\n        train(epochs)\n" in text
     script.write_text(
-        text.replace(
-            "    destroy_process_group()\n", "    time.sleep(3600)\n    destroy_process_group()\n"
-        ).replace("import os\n", "import os\nimport time\n")
+        text.replace("    try:\n        train(epochs)\n", "    try:\n        time.sleep(3600)\n")
+        .replace("import gc\n", "import gc\nimport time\n")
     )
-    # long enough for training to happen first, on this machine as loaded now
-    deadline = round(1.5 * healthy_diagnosis_s() + 5)
-    bound = deadline + 2 * healthy_diagnosis_s() + 5
+    _, healthy_s = diagnosed("worker_only", "3", "0")
+    deadline = round(healthy_s + 2)  # long enough to join the group, on this machine now
     started = time.monotonic()
-    result = doctor.diagnose(script, 2, timeout_s=deadline)
+    result = doctor.diagnose(script, 2, timeout_s=deadline, args=("3", "0"))
     took = time.monotonic() - started
-    assert took < bound, f"took {took:.1f} s, bound {bound:.1f} s"
-    assert result.stages["data_division"].status == doctor.OK
+    assert took < deadline + 15, f"took {took:.1f} s for a deadline of {deadline} s"
+    assert result.stages["process_group"].status == doctor.OK, str(result)
     assert result.stages["teardown"].status == doctor.NOT_CHECKED
-    evidence = result.stages["teardown"].evidence
-    assert "deadline" in evidence, evidence
-    sleep_line = script.read_text().splitlines().index("    time.sleep(3600)") + 1
-    named = re.findall(r"line (\d+)", evidence)
-    assert named in ([], [str(sleep_line)]), evidence
+    sleep_line = script.read_text().splitlines().index("        time.sleep(3600)") + 1
+    for said in (result.stages["teardown"].evidence, result.failure.evidence):
+        assert f"deadline of {deadline} s" in said, said
+        assert re.findall(r"line (\d+)", said) in ([], [str(sleep_line)]), said
+    assert result.exit_code == 1 and not result.completed
 
 
 def test_ranks_stopped_at_the_deadline_are_not_blamed_for_raising():
     # What the probe records when the deadline stops a rank mid-sleep: the
     # interruption is the doctor's doing, so the deadline is the reason given.
-    class LaunchTimeout(Exception):
-        pass
-
-    stopped = {"stop": None, "error": {"type": "KeyboardInterrupt", "line": 44, "call": False}}
-    reason = doctor._why_not_run([stopped, stopped], None, LaunchTimeout(), 2)
-    assert reason.startswith("the run did not finish within its deadline"), reason
-    assert "line 44" in reason
-    assert "raised" not in reason
-    crashed = doctor._why_not_run([stopped], None, None, 2)
-    assert crashed == "a rank raised KeyboardInterrupt at line 44"
+    reading = doctor_read.read(SCRIPTS / "worker_only.py")
+    error = {"type": "KeyboardInterrupt", "message": "", "line": 44, "stage": None,
+             "time": 1.0, "interrupted": True, "call": False, "import": False}  # fmt: skip
+    stopped = Outcome(ranks=[ProcessRecord(0, error=error), ProcessRecord(1, error=error)],
+                      timed_out=True, timeout_s=9)  # fmt: skip
+    reason = judge.why_not_run(stopped, reading)
+    assert reason.startswith("the run did not finish within its deadline of 9 s"), reason
+    assert "line 44" in reason and "raised" not in reason
+    crashed = Outcome(ranks=[ProcessRecord(0, error={**error, "interrupted": False})])
+    assert judge.why_not_run(crashed, reading) == "a rank raised KeyboardInterrupt at line 44"
 
 
 @pytest.mark.parametrize(
@@ -163,8 +171,9 @@ def test_ranks_stopped_at_the_deadline_are_not_blamed_for_raising():
     [
         ("syntax_error", ["does not parse", "line 2", "fix that line"]),
         ("no_main", ["no main(rank, world_size", "define main"]),
-        ("crash_at_import", ["crashed before any process", "KeyError", "line 5"]),
         ("does_not_exist", ["does not exist"]),
+        ("a_directory", ["is a directory", "not a Python file"]),
+        ("binary", ["is not Python source", "binary"]),
     ],
 )
 def test_bad_input_gets_one_line_naming_the_fix(name, words, tmp_path):
@@ -172,16 +181,57 @@ def test_bad_input_gets_one_line_naming_the_fix(name, words, tmp_path):
     if name == "syntax_error":  # written here: a file that does not parse fails the lint
         path = tmp_path / "syntax_error.py"
         path.write_text("def main(rank, world_size):\n    print(rank\n\nmain(0, 1)\n")
+    elif name == "a_directory":
+        path = tmp_path
+    elif name == "binary":
+        path = tmp_path / "binary.py"
+        path.write_bytes(bytes(range(256)))
     result = cli(str(path))
     assert result.returncode == 2
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1, result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+    assert "line None" not in lines[0]
     for word in words:
         assert word in lines[0], lines[0]
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--timeout", "nan", "positive, finite number of seconds, got nan"),
+        ("--timeout", "inf", "positive, finite number of seconds, got inf"),
+        ("--timeout", "soon", "number of seconds"),
+        ("--world-size", "two", "whole number"),
+    ],
+)
+def test_a_bad_option_gets_one_line(option, value, words):
+    result = cli(str(SCRIPTS / "correct.py"), option, value)
+    assert result.returncode == 2
+    assert len(result.stdout.strip().splitlines()) == 1, result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert words in result.stdout and option in result.stdout
+
+
+def test_a_bad_world_size_or_timeout_is_a_problem_not_an_exception():
+    result = doctor.diagnose(SCRIPTS / "correct.py", 0)
+    assert result.exit_code == 2 and "nprocs=0" in result.problem
+    assert "--world-size" in result.problem
+    result = doctor.diagnose(SCRIPTS / "correct.py", 2, timeout_s=float("nan"))
+    assert result.exit_code == 2 and "finite" in result.problem
+
+
+def test_a_crash_at_import_is_one_line_naming_the_fix():
+    result = doctor.diagnose(SCRIPTS / "crash_at_import.py", 2)
+    assert result.exit_code == 2
+    said = str(result)
+    assert len(said.splitlines()) == 1, said
+    for word in ["crashed before any process", "KeyError", "line 5"]:
+        assert word in said, said
+
+
 def test_a_spawn_outside_the_main_guard_is_named_without_running(tmp_path):
+    """The command line, its JSON and its exit code, on a file the doctor judges unrun."""
     source = (SCRIPTS / "correct.py").read_text()
     assert 'if __name__ == "__main__":' in source
     path = tmp_path / "unguarded.py"
@@ -189,37 +239,29 @@ def test_a_spawn_outside_the_main_guard_is_named_without_running(tmp_path):
     line = next(n for n, t in enumerate(source.splitlines(), 1) if "mp.spawn(" in t)
     result = cli(str(path), "--json")
     assert result.returncode == 1, result.stdout + result.stderr
-    stages = json.loads(result.stdout)["stages"]
+    report = json.loads(result.stdout)
+    assert list(report["stages"]) == list(KEYS)
+    for stage in report["stages"].values():
+        assert set(stage) == {"status", "evidence", "line"}
+    stages = report["stages"]
     assert stages["spawning"]["status"] == "FAULT"
     assert stages["spawning"]["line"] == line
     assert 'under `if __name__ == "__main__":`' in stages["spawning"]["evidence"]
     assert [s["status"] for s in stages.values()][1:] == ["NOT CHECKED"] * 4
+    assert report["exit_code"] == 1 and report["failure"] is None
 
 
-@pytest.mark.parametrize(("value", "words"), [("0", "nprocs=0"), ("two", "whole number")])
-def test_a_bad_world_size_gets_one_line(value, words):
-    result = cli(str(SCRIPTS / "correct.py"), "--world-size", value)
-    assert result.returncode == 2
-    assert len(result.stdout.strip().splitlines()) == 1
-    assert words in result.stdout and "--world-size" in result.stdout
-
-
-def test_json_output_and_exit_code_for_a_fault():
-    result = cli(str(SCRIPTS / "no_destroy.py"), "--json")
-    assert result.returncode == 1, result.stdout + result.stderr
-    report = json.loads(result.stdout)
-    assert list(report["stages"]) == list(doctor.STAGES)
+def test_json_of_a_run_with_a_fault():
+    result, _ = diagnosed("no_destroy")
+    report = json.loads(result.to_json())
+    assert list(report["stages"]) == list(KEYS)
     for stage in report["stages"].values():
         assert set(stage) == {"status", "evidence", "line"}
         assert stage["status"] in ("OK", "FAULT", "NOT CHECKED")
     assert report["stages"]["teardown"]["status"] == "FAULT"
-    assert report["stages"]["teardown"]["line"] == planted("no_destroy")[1]
-
-
-def test_exit_code_is_zero_for_a_correct_script():
-    result = cli(str(SCRIPTS / "correct.py"))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count(" OK ") == 5
+    assert report["stages"]["teardown"]["line"] == planted(SCRIPTS / "no_destroy.py")[1]
+    assert report["exit_code"] == 1 and report["failure"] is None and not report["ok"]
+    assert report["launch"].startswith("python no_destroy.py")
 
 
 # -- the static read alone (no processes) ------------------------------------------------
@@ -292,3 +334,36 @@ def test_read_flags_a_device_chosen_as_a_constant(tmp_path):
     )
     # the line that chose the device owns the fix
     assert [(f.stage, f.line) for f in reading.findings] == [("model_wrapping", 4)]
+
+
+def test_read_tells_the_three_launch_styles_apart(tmp_path):
+    torchrun = read_source(
+        tmp_path,
+        """
+        import torch.distributed as dist
+        def main():
+            dist.init_process_group("gloo")
+            dist.destroy_process_group()
+        if __name__ == "__main__":
+            main()
+        """,
+    )
+    assert torchrun.mode == "torchrun" and not torchrun.problem
+    worker = read_source(tmp_path, "def main(rank, world_size):\n    pass\n")
+    assert worker.mode == "worker"
+
+
+def test_read_does_not_ask_for_set_epoch_when_the_sampler_does_not_shuffle(tmp_path):
+    source = """
+        from torch.utils.data import DataLoader
+        from torch.utils.data.distributed import DistributedSampler
+        def main(rank, world_size, data, model, optimizer):
+            loader = DataLoader(data, sampler=DistributedSampler(data, shuffle=SHUFFLE))
+            for epoch in range(3):
+                for x in loader:
+                    model(x).sum().backward()
+        """
+    off = read_source(tmp_path, source.replace("SHUFFLE", "False"))
+    assert [f.stage for f in off.findings if f.stage == "data_division"] == []
+    on = read_source(tmp_path, source.replace("SHUFFLE", "True"))
+    assert [(f.stage, f.line) for f in on.findings] == [("data_division", 6)]

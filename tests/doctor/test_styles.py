@@ -1,0 +1,204 @@
+"""The doctor on scripts written in styles other than the lesson's, and on runs that go wrong.
+
+``scripts/styles/`` holds correct and faulty scripts in other shapes: class-based
+like PyTorch's multi-GPU example, torchrun scripts, data parallelism by
+hand, a script written for GPUs only. A faulty one marks the line that
+owns its fault with ``# planted: <stage>`` (``outside`` for a failure that
+belongs to no stage); a correct one says ``Planted fault: none``. The
+doctor must get each one right: the stage, the line, the exit code.
+
+Then: a crash in every stage (and outside them) is never a success, a run
+that checks nothing is not one either, and a script that listens on every
+interface or starts more processes than the machine can run gets a note.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from ddp_lesson import devices, doctor
+from ddp_lesson.stages import KEYS
+
+STYLES = Path(__file__).resolve().parent / "scripts" / "styles"
+NAMES = sorted(p.stem for p in STYLES.glob("*.py"))
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+#: What else each script's diagnosis must say: {stage or "notes"/"launch": words}.
+SAYS = {
+    "trainer": {"launch": "python trainer.py", "data_division": "a new order in each of 3"},
+    "trainer_torchrun": {
+        "launch": "torchrun --standalone --nproc-per-node=2 trainer_torchrun.py --epochs 2",
+        "spawning": "torchrun started 2 process(es)",
+        "data_division": "each of 2 epochs",
+    },
+    "trainer_gpu": {"model_wrapping": "cuda:0, cuda:1", "notes": "nccl ran as gloo"},
+    "trainer_crash": {"teardown": "not reached: a rank raised IndexError"},
+    "by_hand": {
+        "model_wrapping": "not wrapped in DDP, yet the ranks kept it in step",
+        "data_division": "(shuffle=False)",
+    },
+    "by_hand_no_broadcast": {"model_wrapping": "started from weights of its own"},
+    "unused_head": {"model_wrapping": "`aux.weight`, `aux.bias`"},
+    "eval_rank0": {"process_group": "rank 1 ended without calling it"},
+    "destroy_early": {"teardown": "after destroy_process_group() at line 22"},
+    "node_rank": {"process_group": "both claimed rank 0"},
+    "config_world": {"spawning": "for a world of 4"},
+    "shared_data": {"data_division": "overlap between ranks 100%"},
+}
+
+#: Command-line arguments a script is diagnosed with.
+ARGS = {"trainer_torchrun": ("--epochs", "2")}
+
+
+def expected(path: Path) -> tuple[str | None, int | None]:
+    """The planted stage (or "outside") and its line; (None, None) for a correct script."""
+    text = path.read_text()
+    for number, line in enumerate(text.splitlines(), 1):
+        match = re.search(r"# planted: (\w+)", line)
+        if match:
+            return match[1], number
+    assert "Planted fault: none" in text, f"{path.name} says neither what is planted nor none"
+    return None, None
+
+
+def test_the_set_has_correct_scripts_in_four_styles_and_a_fault_in_every_stage():
+    planted = {expected(STYLES / f"{name}.py")[0] for name in NAMES}
+    assert planted >= {*KEYS, "outside", None}
+    correct = [n for n in NAMES if expected(STYLES / f"{n}.py")[0] is None]
+    assert len(correct) >= 4
+    assert set(SAYS) == set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_doctor_is_right_on_every_style(name):
+    stage, line = expected(STYLES / f"{name}.py")
+    result = doctor.diagnose(STYLES / f"{name}.py", 2, args=ARGS.get(name, ()))
+    shown = str(result)
+    assert not result.problem, shown
+    if stage is None:
+        assert result.faults == [] and result.failure is None, shown
+        assert [s.status for s in result.stages.values()] == [doctor.OK] * 5, shown
+        assert result.exit_code == 0 and result.completed
+    elif stage == "outside":
+        assert result.faults == [], shown
+        assert result.failure is not None and result.failure.line == line, shown
+        assert result.exit_code == 1
+    else:
+        assert result.faults == [stage], shown
+        assert result.stages[stage].line == line, shown
+        assert result.exit_code == 1
+    for key, words in SAYS[name].items():
+        if key == "notes" and devices.gpus_for(2):
+            continue  # a GPU for each rank: a script for GPUs runs as written
+        said = {"launch": result.launch, "notes": " ".join(result.notes)}.get(key)
+        if said is None:
+            said = result.stages[key].evidence
+        assert words in said, shown
+
+
+# -- a crash in every stage --------------------------------------------------------------
+WORKER = '''
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main(rank, world_size{extra}):
+    {before}dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data{sampler}))
+    model = DDP(torch.nn.Linear(4, 1){frozen})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = ((model(x) - y) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        {during}
+    dist.destroy_process_group()
+    {after}
+'''
+
+#: Where each crash goes: (stage or "outside", what to put where, the words of the evidence).
+CRASHES = {
+    "spawning": ({"extra": ", epochs"}, "takes 3 argument(s)"),
+    "process_group": ({"before": "print(dist.get_rank())\n    "}, "ValueError"),
+    "data_division": ({"sampler": ", rank=world_size"}, "ValueError: Invalid rank"),
+    "model_wrapping": ({"frozen": ".requires_grad_(False)"}, "RuntimeError"),
+    "teardown": ({"after": "dist.destroy_process_group()"}, "AssertionError"),
+    "outside": ({"during": "assert loss.item() < 0, 'a loss below zero'"}, "AssertionError"),
+}
+
+
+@pytest.mark.parametrize("stage", list(CRASHES))
+def test_a_crash_in_any_stage_is_a_fault_there_never_a_success(stage, tmp_path):
+    parts, words = CRASHES[stage]
+    fields = {"extra": "", "before": "", "sampler": "", "frozen": "", "during": "", "after": ""}
+    source = WORKER.format(**{**fields, **parts})
+    path = tmp_path / "crashes.py"
+    path.write_text(source)
+    result = doctor.diagnose(path, 2)
+    shown = str(result)
+    assert result.exit_code == 1 and not result.ok and not result.completed, shown
+    if stage == "outside":
+        assert result.faults == [] and result.failure is not None, shown
+        verdict = result.failure
+    else:
+        assert result.faults == [stage] and result.failure is None, shown
+        verdict = result.stages[stage]
+    assert words in verdict.evidence, shown
+    line = max(  # the changed line (teardown's second destroy follows the first)
+        n for n, text in enumerate(source.splitlines(), 1)
+        if any(v.strip() and v.strip() in text for v in parts.values())
+    )  # fmt: skip
+    assert verdict.line == line, shown
+
+
+# -- what a run must do to be called healthy ------------------------------------------------
+def test_a_script_that_checks_nothing_before_its_deadline_is_no_success(tmp_path):
+    path = tmp_path / "sleeps.py"
+    path.write_text(
+        "import time\n\nimport torch.multiprocessing as mp\n\n\n"
+        "def main(rank, world_size):\n    pass\n\n\n"
+        'if __name__ == "__main__":\n    time.sleep(600)\n'
+        "    mp.spawn(main, args=(2,), nprocs=2)\n"
+    )
+    started = time.monotonic()
+    result = doctor.diagnose(path, 2, timeout_s=4)
+    assert time.monotonic() - started < 20
+    assert result.exit_code == 2, str(result)
+    assert "nothing in sleeps.py could be checked" in result.problem
+    assert "deadline of 4 s" in result.problem and "--timeout" in result.problem
+    assert re.findall(r"line (\d+)", result.problem) in ([], ["11"]), result.problem
+
+
+def test_listening_everywhere_and_too_many_processes_get_a_note(tmp_path):
+    path = tmp_path / "wide.py"
+    path.write_text(
+        "import os\nimport socket\n\nimport torch.multiprocessing as mp\n\n\n"
+        "def main(rank, world_size):\n"
+        '    os.environ["MASTER_ADDR"] = "0.0.0.0"\n\n\n'
+        'if __name__ == "__main__":\n'
+        "    probe = socket.socket()\n"
+        '    probe.bind(("", 0))\n'
+        "    probe.close()\n"
+        "    mp.spawn(main, args=(NPROCS,), nprocs=NPROCS)\n".replace("NPROCS", "9")
+    )
+    try:
+        devices.check_world_size(9, gpus=0)
+    except ValueError:
+        pass
+    else:
+        pytest.skip("this machine can run 9 CPU processes usefully")
+    result = doctor.diagnose(path, 2)
+    notes = "\n".join(result.notes)
+    assert "line 8 uses the address '0.0.0.0'" in notes, notes
+    assert "line 13 uses the address '' (an empty host)" in notes, notes
+    assert "the script starts 9 processes" in notes and "more CPU processes" in notes, notes
