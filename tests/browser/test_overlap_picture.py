@@ -1,0 +1,178 @@
+"""The overlap picture of 11_inside_ddp in a real JupyterLab, driven by headless Chromium.
+
+The test writes a short notebook from ``notebooks/11_inside_ddp.ipynb``'s
+own cells (its setup, the two worker files, and the overlap view), runs it
+in JupyterLab on 127.0.0.1, waits for the picture the ranks' timestamps
+drew, then switches the view to one all-reduce per parameter, presses its
+button and waits for the new launch's facts and picture. Screenshots land
+in ``tests/artifacts/`` (``overlap-picture.png``).
+
+Chromium comes from Debian's ``chromium`` package, as for
+``test_partition_explorer.py``, whose helpers this test shares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from test_partition_explorer import (
+    ARTIFACTS,
+    CHROMIUM_FLAGS,
+    RUN_ALL_S,
+    SERVER_START_S,
+    _chromium,
+    _free_port,
+    _run_all,
+    _wait_for_kernel,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "11_overlap.ipynb"
+
+#: The cells of notebook 11 this test needs, recognised by what they contain.
+NEEDED = (
+    "plan = devices.plan()",
+    "%%writefile workers/by_hand.py",
+    "%%writefile workers/stage_11.py",
+    "import workers.stage_11 as worker",
+    "views.OverlapTimeline(",
+)
+
+
+def _short_notebook(folder: Path) -> None:
+    lesson = nbformat.read(ROOT / "notebooks" / "11_inside_ddp.ipynb", as_version=4)
+    cells = [
+        c for c in lesson.cells if c.cell_type == "code" and any(n in c.source for n in NEEDED)
+    ]
+    assert len(cells) == len(NEEDED), [c.source[:40] for c in cells]
+    for cell in cells:  # everything the page shows must come from this run
+        cell.outputs, cell.execution_count = [], None
+    short = nbformat.v4.new_notebook(
+        cells=cells, metadata={"kernelspec": lesson.metadata.kernelspec}
+    )
+    nbformat.write(short, folder / NAME)
+    (folder / "workers").mkdir()
+    shutil.copy(ROOT / "notebooks" / "workers" / "__init__.py", folder / "workers")
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A JupyterLab server on 127.0.0.1 serving the short notebook; yields (url, token)."""
+    _short_notebook(tmp_path)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    settings = tmp_path / ".settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        '{"fetchNews": "false", "checkForUpdates": false}'
+    )
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(tmp_path / ".config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / ".runtime"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / ".workspaces"),
+    }
+    command = [
+        sys.executable, "-m", "jupyterlab", "--no-browser",
+        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
+        "--LabApp.news_url=None", f"--LabApp.user_settings_dir={tmp_path / '.settings'}",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]  # fmt: skip
+    if os.getuid() == 0:
+        command.append("--allow-root")
+    log = open(tmp_path / "jupyterlab.log", "wb")
+    server = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "JupyterLab did not start:\n" + (tmp_path / "jupyterlab.log").read_text()
+                    ) from None
+                time.sleep(0.5)
+        request = urllib.request.Request(
+            f"{url}/api/sessions?token={token}",
+            data=json.dumps(
+                {"path": NAME, "type": "notebook", "kernel": {"name": "python3"}}
+            ).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        urllib.request.urlopen(request, timeout=60).close()
+        yield url, token
+    finally:
+        shutil.copy(tmp_path / "jupyterlab.log", ARTIFACTS / "jupyterlab-overlap.log")
+        family = [server.pid] + [p.pid for p in psutil.Process(server.pid).children(True)]
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        for pid in family:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
+        log.close()
+
+
+def _picture(view) -> str:
+    """The source of the picture drawn below the view's facts (a PNG data URL)."""
+    image = view.locator("xpath=following::img[1]")
+    image.wait_for(timeout=30_000)
+    return image.get_attribute("src") or ""
+
+
+def test_overlap_picture_is_drawn_from_a_real_launch_and_follows_its_controls(no_leftovers, lab):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = _chromium()
+    url, token = lab
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1200})
+            page.goto(f"{url}/lab/tree/{NAME}?token={token}")
+            page.locator(".jp-Notebook").first.wait_for(timeout=60_000)
+            _wait_for_kernel(page)
+            _run_all(page)
+            facts = page.locator(".ddp-overlap").first
+            facts.get_by_text("last layer first").wait_for(timeout=RUN_ALL_S * 1000)
+            assert "2 all-reduce(s) in the step" in facts.inner_text()
+            first = _picture(facts)
+            assert first.startswith("data:image/png")
+
+            controls = page.locator(".ddp-overlap-view")
+            controls.locator(".ddp-how select").select_option("per parameter")
+            controls.locator(".ddp-run").click()
+            facts.get_by_text("6 all-reduce(s) in the step").wait_for(timeout=120_000)
+            deadline = time.monotonic() + 30  # the facts are replaced first, then the picture
+            while (second := _picture(facts)) == first and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert second.startswith("data:image/png") and second != first
+            # the view's controls at the top of the page, its facts and picture below them
+            controls.evaluate("view => view.scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(ARTIFACTS / "overlap-picture.png"))
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "overlap-failure.png"), full_page=True)
+            errors = page.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+            print("stderr outputs in the page:", errors.all_inner_texts())
+            raise
+        finally:
+            browser.close()

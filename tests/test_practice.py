@@ -1,0 +1,161 @@
+"""The exercises of 12_real_training and 13_debugging_and_beyond, checked by behaviour.
+
+Every check fails at least two wrong answers (mistakes a learner makes) with
+the stage that owns the fix, and passes a right answer written differently
+from the solution. File answers live in tests/exercise_answers/practice_*.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddp_lesson.exercises import checks
+from ddp_lesson.stages import stage
+
+ANSWERS = Path(__file__).resolve().parent / "exercise_answers"
+CONNECTING, SPLITTING, SYNCING = (
+    stage(key).title for key in ("process_group", "data_division", "model_wrapping")
+)
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+def assert_fails(result, stage_title: str, fragment: str) -> None:
+    assert result.status == checks.FAILED and result.stage == stage_title, str(result)
+    assert fragment in str(result), str(result)
+
+
+# -- 12, exercise 1: the global batch and the learning rate ---------------------------
+def batches_forgets_world(per_rank, world_size, base_lr=0.1, base_batch=32):
+    return per_rank, base_lr * per_rank / base_batch
+
+
+def batches_scales_by_ranks(per_rank, world_size, base_lr=0.1, base_batch=32):
+    return per_rank * world_size, base_lr * world_size
+
+
+def batches_right(per_rank, world_size, base_lr=0.1, base_batch=32):
+    factor = (per_rank / base_batch) * world_size
+    return world_size * per_rank, factor * base_lr
+
+
+def batches_stub(per_rank, world_size, base_lr=0.1, base_batch=32):
+    raise NotImplementedError("your code here")
+
+
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [
+        (batches_forgets_world, "global_batch = batch_size x world_size"),
+        (batches_scales_by_ranks, "not with the world size alone"),
+    ],
+)
+def test_check_global_batch_fails_wrong_answers(answer, fragment):
+    assert_fails(checks.check_global_batch(answer), SPLITTING, fragment)
+
+
+def test_check_global_batch_passes_a_right_answer_and_spots_stubs():
+    assert checks.check_global_batch(batches_right)
+    assert checks.check_global_batch(batches_stub).status == checks.NOT_ATTEMPTED
+
+
+# -- 12, exercise 2: accumulation with no_sync() ---------------------------------------
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [
+        ("practice_accumulate_sync_every.py", "4 all-reduces of the whole gradient"),
+        ("practice_accumulate_unscaled.py", "a step 4 times as large"),
+        ("practice_accumulate_never_sync.py", "no all-reduce at all"),
+    ],
+)
+def test_check_accumulate_fails_wrong_answers(answer, fragment):
+    assert_fails(checks.check_accumulate(ANSWERS / answer), SYNCING, fragment)
+
+
+def test_check_accumulate_passes_a_right_answer():
+    assert checks.check_accumulate(ANSWERS / "practice_accumulate_flag.py")
+
+
+def test_check_accumulate_of_a_stub_or_missing_file_is_not_attempted(tmp_path):
+    stub = tmp_path / "stub.py"
+    stub.write_text(
+        "def accumulate_step(model, optimizer, micro_batches):\n"
+        "    raise NotImplementedError('your code here')\n"
+    )
+    assert checks.check_accumulate(stub).status == checks.NOT_ATTEMPTED
+    missing = checks.check_accumulate(tmp_path / "nowhere.py")
+    assert missing.status == checks.NOT_ATTEMPTED and "%%writefile" in str(missing)
+
+
+# -- 12, exercise 3: evaluation on every rank ------------------------------------------
+@pytest.mark.parametrize(
+    ("answer", "stage_title", "fragment"),
+    [
+        ("practice_evaluate_local.py", CONNECTING, "each of its own part"),
+        ("practice_evaluate_sampler.py", SPLITTING, "counted more than once"),
+        ("practice_evaluate_mean.py", CONNECTING, "the mean of the ranks' accuracies"),
+    ],
+)
+def test_check_evaluate_fails_wrong_answers(answer, stage_title, fragment):
+    assert_fails(checks.check_evaluate(ANSWERS / answer), stage_title, fragment)
+
+
+def test_check_evaluate_passes_a_right_answer():
+    assert checks.check_evaluate(ANSWERS / "practice_evaluate_slices.py")
+
+
+# -- 13, exercise 1: parameters without a gradient -------------------------------------
+def unused_before_backward(model, loss):
+    return [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+
+
+def unused_with_frozen(model, loss):
+    loss.backward()
+    return [name for name, p in model.named_parameters() if p.grad is None]
+
+
+def unused_zero_gradients(model, loss):
+    loss.backward()
+    return [name for name, p in model.named_parameters() if p.grad.abs().sum() == 0]
+
+
+def unused_right(model, loss):
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
+    return {name for (name, _), grad in zip(named, grads, strict=True) if grad is None}
+
+
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [
+        (unused_before_backward, "was loss.backward() called"),
+        (unused_with_frozen, "never train (requires_grad=False)"),
+        (unused_zero_gradients, "AttributeError"),
+    ],
+)
+def test_check_unused_fails_wrong_answers(answer, fragment):
+    assert_fails(checks.check_unused(answer), SYNCING, fragment)
+
+
+def test_check_unused_passes_a_right_answer():
+    result = checks.check_unused(unused_right)
+    assert result and "aux.weight" in str(result), str(result)
+
+
+# -- 13, exercise 2: seeds for shuffling and for augmentation ---------------------------
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [
+        ("practice_seeds_sampler_per_rank.py", "the same seed on every rank"),
+        ("practice_seeds_same_generator.py", "ranks drew the same noise"),
+    ],
+)
+def test_check_seeds_fails_wrong_answers(answer, fragment):
+    assert_fails(checks.check_seeds(ANSWERS / answer), SPLITTING, fragment)
+
+
+def test_check_seeds_passes_a_right_answer():
+    assert checks.check_seeds(ANSWERS / "practice_seeds_worker_init.py")
