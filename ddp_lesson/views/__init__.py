@@ -4,7 +4,9 @@ Views (each in its own module, all built on :mod:`.base`):
 :class:`RankAssignment` (which process gets which rank and device),
 :class:`SamplerExplorer` (which rank gets which index, from the real
 ``DistributedSampler``), :class:`GradientSync` (gradients and parameters
-across ranks with and without DDP), :class:`Quiz`, and :func:`progress`
+across ranks with and without DDP), :class:`OverlapTimeline` (gradients
+ready and all-reduces running on the ranks' own clocks), :class:`Quiz`,
+and :func:`progress`
 (a live bar per rank). :mod:`.plots` draws matplotlib pictures;
 :mod:`.runs` is what the views' launches run in every rank.
 """
