@@ -8,14 +8,16 @@ solution must pass. File answers live in tests/exercise_answers/.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import socket
 import time
 from pathlib import Path
 
 import pytest
 import torch.multiprocessing as mp
 
-from ddp_lesson import devices, models, sources
+from ddp_lesson import data, devices, launch, models, sources
 from ddp_lesson.exercises import checks
 from ddp_lesson.exercises import generate as exercises
 from ddp_lesson.exercises.checks import answers, base, faults
@@ -29,7 +31,10 @@ STARTING, CONNECTING, SPLITTING, SYNCING, TEARDOWN = (
     for key in ("spawning", "process_group", "data_division", "model_wrapping", "teardown")
 )
 #: Lesson notebooks that teach a skill, each of which has exercises.
-SKILLS = ["02", "03", "04", "05", "06", "07", "08", "09", "10"]
+SKILLS = ["02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13"]
+
+#: Public checks that no exercise calls: the lesson notebook shows them at work.
+LESSON_ONLY = {"check_slurm": "09_checkpoints"}
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -75,6 +80,27 @@ def test_every_skill_notebook_has_exercises_with_the_lessons_stem():
         stem = next(s for s in lessons if s.startswith(number))
         assert (ROOT / "solutions" / f"{stem}.ipynb").is_file(), stem
         assert (ROOT / "exercises" / f"{stem}.ipynb").is_file(), stem
+
+
+def called_checks(notebook: Path) -> set[str]:
+    """The ``checks.check_*`` functions a notebook's code cells call."""
+    cells = json.loads(notebook.read_text())["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return set(re.findall(r"\bchecks\.(check_\w+)\(", code))
+
+
+def test_every_skill_has_a_graded_check_and_every_check_an_exercise():
+    called = {}
+    for number in SKILLS:
+        (solution,) = (ROOT / "solutions").glob(f"{number}_*.ipynb")
+        found = called_checks(solution)
+        assert found, f"{solution.name} calls no check"
+        called.update({name: solution.stem for name in found})
+    public = {name for name in dir(checks) if name.startswith("check_")}
+    known = set(called) | set(LESSON_ONLY)
+    assert known == public, sorted(public ^ known)
+    for name, lesson in LESSON_ONLY.items():
+        assert name in called_checks(ROOT / "notebooks" / f"{lesson}.ipynb"), name
 
 
 def test_exercise_cells_contain_no_solution():
@@ -162,16 +188,18 @@ def test_check_spawn_passes_a_right_answer_and_spots_stubs():
 
 
 @pytest.mark.parametrize(
-    ("check", "right", "wrong"),
+    ("check", "right", "wrong", "stage_title"),
     [
-        (checks.check_nprocs_zero, " B ", ["a", "c"]),
-        (checks.check_easy, "b", ["a", "c"]),
+        # the solutions answer "b"; a capital and spaces around it are the same answer
+        (checks.check_nprocs_zero, " B ", ["a", "c", "b)"], STARTING),
+        (checks.check_easy, "B\n", ["a", "c", "ab"], SPLITTING),
     ],
 )
-def test_multiple_choice_checks(check, right, wrong):
+def test_multiple_choice_checks(check, right, wrong, stage_title):
     assert check(right)
     for answer in wrong:
-        assert check(answer).status == checks.FAILED
+        result = check(answer)
+        assert result.status == checks.FAILED and result.stage == stage_title, str(result)
     assert check(...).status == checks.NOT_ATTEMPTED
 
 
@@ -208,6 +236,7 @@ def test_check_of_a_missing_file_says_which_cell_to_run(tmp_path):
     [
         ("sampler_missing.py", "every rank iterated all 10 items"),
         ("sampler_no_set_epoch.py", "set_epoch(epoch)"),
+        ("sampler_no_shuffle.py", "default shuffle and seed"),
     ],
 )
 def test_check_sampler_fails_wrong_answers(answer, fragment):
@@ -258,6 +287,8 @@ def test_check_sampler_prediction_passes_a_right_answer():
     ("answer", "fragment"),
     [
         ("wrap_missing.py", "a plain NeuralNetwork"),
+        # the wrapper is built (so the weights were broadcast) but thrown away
+        ("wrap_returns_inner.py", "gradients differ by up to"),
         pytest.param(
             "wrap_gpu_form_on_cpu.py",
             "device_ids=[rank] only when device.type == 'cuda'",
@@ -341,6 +372,56 @@ def test_fault_checks_pass_the_owning_line_by_number_or_by_text(planted, name):
     assert check(..., number).status == checks.NOT_ATTEMPTED
 
 
+@pytest.mark.parametrize("name", ["teammate", "suspect_a", "suspect_b", "suspect_c"])
+def test_fault_checks_accept_no_line_but_the_owning_one(planted, name):
+    """With the right stage, every other line fails: by its number, and by its whole text."""
+    path = planted[name]
+    key = faults.PLANTED[name].key
+    number, _ = owner(path)
+    owning = answers.statement_span(path, number)
+    lines = path.read_text().splitlines()
+    normals = [answers.normal(t) for t in lines]
+    unique = {t for t in normals if normals.count(t) == 1}
+
+    def check(line):
+        answers.forget()
+        if name == "teammate":
+            return checks.check_medium(stage(key).title, line, path)
+        return checks.check_suspect(path, stage(key).title, line)
+
+    accepted = [n for n in range(1, len(lines) + 1) if check(n)]
+    assert accepted == list(owning), accepted
+    by_text = [
+        n for n, text in enumerate(lines, 1) if answers.normal(text) in unique and check(text)
+    ]
+    assert by_text == list(owning), by_text
+    # a word of the owning line that other lines share names no line at all
+    for word in faults.PLANTED[name].owner.replace("(", " ").replace(")", " ").split():
+        if sum(answers.normal(word) in answers.normal(t) for t in lines) > 1:
+            result = check(word)
+            assert not result and "is on lines" in str(result), (word, str(result))
+
+
+def test_the_medium_script_finishes_but_only_one_process_trains(planted, tmp_path, monkeypatch):
+    """The teammate's script, run with ``python`` as the exercise runs it, shows the symptom.
+
+    Only its fixed MASTER_PORT is changed, to a free one, so that a busy
+    port cannot make it fail for another reason.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    text = planted["teammate"].read_text()
+    assert text.count('"12355"') == 1
+    script = tmp_path / "teammate.py"
+    script.write_text(text.replace('"12355"', f'"{port}"'))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)  # `python teammate.py` sets none
+    output = launch.run_script(script, timeout_s=120)  # raises if it fails or hangs
+    said = re.findall(r"rank (\d+) of (\d+), epoch (\d+): (\d+) batches", output)
+    whole = -(-len(data.digits("train")) // 32)  # the batches of the whole training set
+    assert said == [("0", "1", "0", str(whole)), ("0", "1", "1", str(whole))], output
+
+
 def test_fault_checks_show_the_answer_after_three_wrong_tries_or_on_request(planted):
     path = planted["suspect_a"]
     number, _ = owner(path)
@@ -420,6 +501,8 @@ def test_check_launchers_passes_a_right_answer_and_spots_stubs(tmp_path):
         ("checkpoint_no_barrier.py", CONNECTING, "barrier()"),
         ("checkpoint_wrapper_names.py", SYNCING, "module.linear_relu_stack"),
         ("checkpoint_no_optimizer.py", SYNCING, "parameters differ"),
+        ("checkpoint_every_rank_writes.py", SYNCING, "saves per rank [3, 3"),
+        ("checkpoint_no_map_location.py", SYNCING, "without it"),
     ],
 )
 def test_check_checkpoint_fails_wrong_answers(answer, stage_title, fragment):
@@ -432,6 +515,43 @@ def test_check_checkpoint_passes_a_right_answer_and_spots_stubs(tmp_path):
     assert checks.check_checkpoint(ANSWERS / "checkpoint_right_plain.py")
     path = stubbed("09_checkpoints.ipynb", "exercise_09.py", tmp_path)
     assert checks.check_checkpoint(path).status == checks.NOT_ATTEMPTED
+
+
+# -- the SLURM batch script (09's lesson notebook shows the check at work) ---------------
+def train_arguments(argv):
+    """The argument parser of a worker that is not the lesson's."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, required=True)
+    parser.add_argument("--checkpoint", required=True)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        ("--ntasks-per-node 1", "--ntasks-per-node 2", "ntasks-per-node=1 is missing"),
+        ("--gpus-per-node a100:2", "--gpus-per-node a100:4", "not one rank per GPU"),
+        ("--nnodes ${SLURM_NNODES}", "--nnodes 2", "not the allocation's --nodes"),
+        ("--epochs 3", "--epochs three", "rejects its arguments"),
+    ],
+)
+def test_check_slurm_reads_options_written_with_a_space(tmp_path, old, new, words):
+    text = (ANSWERS / "slurm_right_spaced.slurm").read_text()
+    assert text.count(old) == 1
+    path = tmp_path / "job.slurm"
+    path.write_text(text.replace(old, new))
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert result.status == checks.FAILED and result.stage == STARTING, str(result)
+    assert words in result.happened, str(result)
+
+
+def test_check_slurm_passes_a_batch_script_written_differently():
+    path = ANSWERS / "slurm_right_spaced.slurm"
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert result, str(result)
+    assert "nodes: 3" in result.note and "one per GPU (2 GPUs" in result.note, result.note
 
 
 # -- predictions of measurements (10) ---------------------------------------------------
@@ -453,6 +573,7 @@ def test_check_allreduce_prediction():
     assert checks.check_allreduce_prediction(1)
     for wrong, fragment in [(16, "too high"), (0.05, "too low")]:
         result = checks.check_allreduce_prediction(wrong)
-        assert result.status == checks.FAILED and fragment in str(result), str(result)
+        assert result.status == checks.FAILED and result.stage == SYNCING, str(result)
+        assert fragment in str(result), str(result)
         assert " ms" not in str(result), "the first wrong tries do not show the timings"
     assert checks.check_allreduce_prediction(...).status == checks.NOT_ATTEMPTED

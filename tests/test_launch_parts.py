@@ -70,7 +70,8 @@ def test_a_rank_freezes_its_objects_at_exit_only_when_a_launch_set_it_up(tmp_pat
     script = (
         "import atexit, gc, sys\n"
         "before = gc.get_freeze_count()  # some Pythons freeze a few objects at start\n"
-        "atexit.register(lambda: open(sys.argv[1], 'w').write(str(gc.get_freeze_count() - before)))\n"
+        "frozen = lambda: str(gc.get_freeze_count() - before)\n"
+        "atexit.register(lambda: open(sys.argv[1], 'w').write(frozen()))\n"
         "import ddp_lesson.launch.ranks as ranks\n"
         "if sys.argv[2] == 'rank':\n"
         "    ranks.quick_exit()\n"

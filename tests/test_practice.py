@@ -151,6 +151,7 @@ def test_check_unused_passes_a_right_answer():
     [
         ("practice_seeds_sampler_per_rank.py", "the same seed on every rank"),
         ("practice_seeds_same_generator.py", "ranks drew the same noise"),
+        ("practice_seeds_from_clock.py", "cannot be reproduced"),
     ],
 )
 def test_check_seeds_fails_wrong_answers(answer, fragment):

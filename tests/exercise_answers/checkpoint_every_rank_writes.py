@@ -1,4 +1,4 @@
-# Wrong: every rank writes the file.
+# Wrong: the `if rank == 0` is missing, so every rank writes the same file.
 import os
 
 import torch
@@ -7,12 +7,10 @@ from torch.distributed import barrier
 
 def save_checkpoint(model, optimizer, epoch, path):
     """Rank 0 saves; every rank returns once the file is complete."""
-    if True:
-        state = {"model": model.module.state_dict(),
-                 "optimizer": optimizer.state_dict(),
-                 "epoch": epoch}
-        torch.save(state, path + ".partial")
-        os.replace(path + ".partial", path)  # never half a file
+    state = {"model": model.module.state_dict(),
+             "optimizer": optimizer.state_dict(),
+             "epoch": epoch}
+    torch.save(state, path)
     barrier()  # no rank goes on before the file is complete
 
 

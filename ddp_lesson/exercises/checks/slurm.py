@@ -16,6 +16,15 @@ from .base import Result, failed, passed
 NAME = "check_slurm"
 SPAWNING = stage("spawning").title
 
+#: One ``#SBATCH`` option, as sbatch reads it: ``--name=value``, ``--name value``, or a
+#: flag ``--name`` alone (a ``#`` after it starts a comment).
+SBATCH_OPTION = re.compile(r"^#SBATCH[ \t]+--([\w-]+)(?:[= \t]+([^\s#]\S*))?", re.M)
+
+
+def _plain(word: str) -> str:
+    """A shell word with its quotes and the braces of ``${NAME}`` taken off: ``$NAME``."""
+    return re.sub(r"\$\{(\w+)\}", r"$\1", word.strip("\"'"))
+
 
 def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> Result:
     """Check that a SLURM batch script starts ``script`` the way its worker expects.
@@ -38,7 +47,7 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
     from torch.distributed.run import get_args_parser
 
     text = Path(path).read_text().replace("\\\n", " ")
-    sbatch = dict(re.findall(r"^#SBATCH\s+--([\w-]+)=?(\S*)", text, re.M))
+    sbatch = {name: _plain(value) for name, value in SBATCH_OPTION.findall(text)}
     calls = [
         shlex.split(line, comments=True)
         for line in text.splitlines()
@@ -79,12 +88,13 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
             "#SBATCH --ntasks-per-node=1 is missing: srun must start one torchrun "
             "per node, which then starts that node's ranks"
         )
-    if given.nnodes not in ("$SLURM_NNODES", sbatch.get("nodes")):
+    if _plain(given.nnodes) not in ("$SLURM_NNODES", sbatch.get("nodes")):
         problems.append(
             f"--nnodes={given.nnodes} is not the allocation's --nodes (use --nnodes=$SLURM_NNODES)"
         )
     gpus = sbatch.get("gpus-per-node")
-    if given.nproc_per_node not in ("gpu", gpus):
+    count = gpus.rsplit(":", 1)[-1] if gpus else None  # "a100:4" is 4 GPUs of type a100
+    if given.nproc_per_node not in ("gpu", count):
         problems.append(
             f"--nproc-per-node={given.nproc_per_node} is not one rank per GPU "
             f"(#SBATCH --gpus-per-node={gpus}; or use --nproc-per-node=gpu)"
@@ -105,7 +115,7 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
         + "\n".join(
             [
                 f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, --ntasks-per-node=1)",
-                f"ranks per node: one per GPU ({gpus} GPUs, --nproc-per-node="
+                f"ranks per node: one per GPU ({count} GPUs, --nproc-per-node="
                 f"{given.nproc_per_node})",
                 f"rendezvous: c10d at {given.rdzv_endpoint}, job id {given.rdzv_id}",
                 f"each rank runs: {script} {' '.join(given.training_script_args)}",
