@@ -142,6 +142,7 @@ def variant(source: str | os.PathLike, target: str | os.PathLike, change: str) -
      x = 1
     -y = 2
     +y = 3  # the mistake
+    >>> import shutil; shutil.rmtree(folder)
     """
     old = Path(source).read_text()
     lines = old.splitlines()

@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -52,7 +53,19 @@ def clean_temporary_folder(tmp_path_factory):
         else:
             os.environ[key] = value
     tempfile.tempdir = None
-    left = litter(folder)
+    # nbval stops each notebook's kernel outright (shutdown_kernel(now=True)),
+    # as a learner's killed kernel is stopped; the folder its warm server
+    # used is then removed by the next launch, whoever starts it. Do here
+    # what that launch would do, once the kernel is gone.
+    from ddp_lesson.launch import supervisor
+
+    deadline = time.monotonic() + 10
+    while True:
+        supervisor.remove_stale_folders(folder)
+        left = litter(folder)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     if not left:
         shutil.rmtree(folder, ignore_errors=True)
     assert not left, f"the tests left these in the temporary folder {folder}: {left}"

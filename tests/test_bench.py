@@ -93,7 +93,8 @@ def test_allreduce_rows_are_ordered_by_size_and_consistent(no_leftovers):
     assert [r["size"] for r in rows] == ["4 KB", "256 KB"]
     for row in rows:
         assert 0 < row["min_ms"] <= row["ms"] <= row["max_ms"]
-        assert row["MB_per_s"] == pytest.approx(row["bytes"] / 1e6 / (row["ms"] / 1000))
+        # the rate a call reaches at its cost, the minimum time
+        assert row["MB_per_s"] == pytest.approx(row["bytes"] / 1e6 / (row["min_ms"] / 1000))
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["fresh", "forked"])

@@ -98,7 +98,7 @@ def test_killed_after_epoch_k_resumes_to_the_uninterrupted_model(workers, tmp_pa
     assert torch.load(crashed)["epoch"] == 0  # what survived the kill
     resumed = spawn_stage_09(worker, 3, crashed)
     assert [r["resumed_at"] for r in resumed] == [1, 1]
-    assert [r["losses"] for r in resumed] == [r["losses"][1:] for r in full]
+    assert [r["accuracy"] for r in resumed] == [r["accuracy"] for r in full]
     gap = reports.max_abs_difference([r["params"] for r in full + resumed])
     assert gap == 0.0
     # and the check can fail: one epoch fewer is a different model

@@ -27,9 +27,28 @@ EXCHANGES = re.compile(
     r"reduce|send|recv|isend|irecv)\("
 )
 
-#: Workers that hang or fail on purpose, or need arguments of their own.
+#: Workers that hang on purpose, or cannot run on their own.
 SKIPPED = {"stage_03_stuck", "stage_05_cpu_ids", "experiments", "twice"}
-ARGUMENTS = {"stage_09": lambda tmp: (1, str(tmp / "checkpoint.pt"))}
+#: Workers that fail on purpose, after (or instead of) their exchanges: any
+#: error but a host tensor in a collective is what their notebook shows.
+FAIL_ON_PURPOSE = {
+    "mistake_collective",  # 07: rank 0 alone calls all_reduce
+    "debug_mismatch",  # 13: ranks all-reduce tensors of different shapes
+    "real_evaluate_alone",  # 12: rank 0 evaluates alone and meets the next collective
+    "real_syncbn",  # 12: SyncBatchNorm refuses a module on the CPU
+}
+
+
+def _stop_file(tmp: Path) -> str:
+    (tmp / "stop").touch()  # the job ends at once
+    return str(tmp / "stop")
+
+
+ARGUMENTS = {
+    "stage_09": lambda tmp: (1, str(tmp / "checkpoint.pt")),
+    "debug_job": lambda tmp: (_stop_file(tmp),),
+    "real_batch": lambda tmp: ([(64, 0.1)], 1),  # one setting, one epoch
+}
 VARIANT = re.compile(r'"workers/\w+\.py",\s*"workers/(\w+)\.py"')
 
 
@@ -91,11 +110,9 @@ def test_every_worker_that_exchanges_tensors_keeps_them_on_its_device(workers, n
                     device_guard_main(), args=(2, run.port, f"workers.{name}", *extra), nprocs=2
                 )
         except launch.LaunchError as error:
-            if "made on the host" in str(error):
+            if "made on the host" in str(error) or name not in FAIL_ON_PURPOSE:
                 failures[name] = str(error).splitlines()[0]
-            elif name != "mistake_collective":  # that one fails on purpose, after its exchange
-                failures[name] = str(error).splitlines()[0]
-    assert not failures, failures
+    assert not failures, '\n'.join(f'{k}: {v[:300]}' for k, v in failures.items())
 
 
 def device_guard_main():

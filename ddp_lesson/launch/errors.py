@@ -227,7 +227,9 @@ def exited(index: int, exit_code: int, signal_name: str | None, output: str) -> 
     how = f"was killed by {signal_name}" if signal_name else f"exited with code {exit_code}"
     error = last_error_line(output) if output.strip() else ""
     before_main = "spawn_main" in output and "_wrap" not in output
-    if before_main and "bootstrapping phase" in output:
+    # (a rank forked from the warm server imports the main file from
+    # multiprocessing's forkserver, not from spawn_main)
+    if "bootstrapping phase" in output and "_wrap" not in output:
         return f"rank {index} {how} before it could run its function: {error}\n" + _hint(
             "bootstrapping phase"
         )
@@ -271,6 +273,17 @@ def defined_in_notebook(name: str) -> str:
         "defined in a notebook cell: each rank receives the function by module and name "
         "and imports it. Write the function to a file (a %%writefile cell), import that "
         "module, and pass module.main to mp.spawn."
+    )
+
+
+def unguarded_start(path: str, line: int) -> str:
+    """The message for a script that starts ranks from top-level code outside its main guard."""
+    return (
+        f"{path}, line {line} starts processes from the file's top level. Each new process "
+        "imports that file again, reaches the same line and would start processes of its "
+        "own; Python stops it with: An attempt has been made to start a new process before "
+        "the current process has finished its bootstrapping phase. Put the code that starts "
+        'the processes under `if __name__ == "__main__":`, as the lesson\'s script does.'
     )
 
 

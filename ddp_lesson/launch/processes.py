@@ -55,6 +55,8 @@ def remove_launchers_folder_at_exit() -> None:
         return
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     server = os.getpid()
+    leaving = []
+    atexit.register(leaving.append, True)  # registered last, so it runs first
 
     def ended(signum, frame):
         # A kernel shutting down sends SIGTERM to its children: leave through
@@ -62,7 +64,9 @@ def remove_launchers_folder_at_exit() -> None:
         # from the server inherits this handler and simply ends as usual.
         if os.getpid() == server:
             signal.signal(signum, signal.SIG_IGN)  # leaving already: once is enough
-            sys.exit(0)
+            if not leaving:  # (a SystemExit inside exit-time callbacks is printed)
+                sys.exit(0)
+            return
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 

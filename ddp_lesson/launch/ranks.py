@@ -109,7 +109,15 @@ def entry(index: int, start: RankStart, target: Target | Callable, *args: object
             raise
         except Exception as error:  # whatever importing the learner's file raised
             raise WorkerNotFound(errors.not_found(index, target, error)) from error
-    target(index, *args)
+    try:
+        target(index, *args)
+    except BaseException:
+        # With its launcher gone (a killed kernel), nobody will read or
+        # remove the error file torch writes for a rank that raised: leave
+        # quietly instead of writing one into the temporary folder.
+        if not processes.alive(start.launcher):
+            os._exit(1)
+        raise
 
 
 @contextlib.contextmanager

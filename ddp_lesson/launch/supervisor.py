@@ -105,6 +105,40 @@ def _interactive_main() -> bool:
     return not getattr(main, "__file__", None) or "ipykernel" in str(main.__file__)
 
 
+def _unguarded_line() -> int | None:
+    """The line of the main file's top-level code, outside its main guard, that is starting ranks.
+
+    Every rank imports the main file again (both spawn and forkserver start
+    methods do), so such a line would start processes in every rank.
+    ``None`` when the call comes from a function, from under ``if __name__
+    == "__main__":``, or from a notebook.
+    """
+    import ast
+
+    if _interactive_main():
+        return None
+    path = os.path.abspath(sys.modules["__main__"].__file__)
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename) != path:
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_name != "<module>":
+        return None
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.If)
+            and "__name__" in ast.unparse(node.test)
+            and "__main__" in ast.unparse(node.test)
+            and node.lineno <= line <= (node.end_lineno or node.lineno)
+        ):
+            return None
+    return line
+
+
 def remove_stale_folders(root: str | os.PathLike | None = None) -> list[str]:
     """Remove the folders of launches whose process is gone (a killed kernel's, say).
 
@@ -336,6 +370,10 @@ class Supervisor:
         self._names.append(name.rsplit(".", 1)[-1])
         if target is None and getattr(fn, "__module__", None) == "__main__" and _interactive_main():
             raise errors.LaunchError(errors.defined_in_notebook(name))
+        unguarded = _unguarded_line()
+        if unguarded is not None:
+            raise errors.LaunchError(errors.unguarded_start(sys.modules["__main__"].__file__,
+                                                            unguarded))
         use_warm = self.warm if warm is None else warm
         use_warm = use_warm and bool(self._tap.path) and "forkserver" in get_all_start_methods()
         if nprocs == 0:

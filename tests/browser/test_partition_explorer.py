@@ -240,7 +240,7 @@ def test_explorer_follows_controls_in_jupyterlab(no_leftovers, lab):
             # bad input: a message in the widget, and the drawing stays as it was
             _type(page, "ddp-world-size", "0")
             message = page.locator(".ddp-sampler-explorer .ddp-message")
-            message.get_by_text("world_size must be >= 1").wait_for(timeout=30_000)
+            message.get_by_text("world size must be >= 1").wait_for(timeout=30_000)
             _expect_partition(page, after)
         except Exception:
             # what the page showed when it went wrong, for the CI log and artifacts
