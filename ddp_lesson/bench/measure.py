@@ -25,7 +25,9 @@ Rank side (:mod:`.workers`):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import os
 import statistics
 import time
@@ -525,8 +527,10 @@ def stage_launches(
             seconds = []
             for attempt in range(repeats + (n == 0 and warm)):
                 started = time.perf_counter()
-                with launch.bounded(world_size, timeout_s=timeout_s, warm=warm) as run:
-                    mp.spawn(worker.main, args=(world_size, run.port), nprocs=world_size)
+                # (what the ranks print is the lesson's, not the measurement's)
+                with contextlib.redirect_stdout(io.StringIO()):
+                    with launch.bounded(world_size, timeout_s=timeout_s, warm=warm) as run:
+                        mp.spawn(worker.main, args=(world_size, run.port), nprocs=world_size)
                 if not (n == 0 and warm and attempt == 0):  # that one started the server
                     seconds.append(time.perf_counter() - started)
             rows.append({"stage": stage, **summarise(seconds)})
