@@ -262,6 +262,7 @@ def _failure(run: TorchrunRun, codes: list[int]) -> str:
             errors.append(message)
     if errors:
         said = re.sub(r"\]:\d+", "]", errors[-1])  # a port differs on every run
+        said = said.split(". ", 1)[0]  # its first sentence: the rest is advice that varies
         lines.append(f"  the rank's error: {said[:200]}")
     lines.append(
         "All of torchrun's output is in the exception's .output (or run.outputs): look "

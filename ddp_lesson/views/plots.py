@@ -256,6 +256,11 @@ def throughput_picture(rows: Sequence[dict], ax=None):
             label=setup,
             color=RANK_COLOURS[n % 10],
         )
+    return _throughput_done(fig, axes, ax)
+
+
+def _throughput_done(fig, axes, ax):
+    """Label a samples-per-second plot against the global batch, and finish it."""
     axes.set_xscale("log", base=2)
     axes.set_xlabel("global batch (all ranks together)")
     axes.set_ylabel("samples per second")
@@ -287,12 +292,7 @@ def scaling_picture(rows: Sequence[dict], ax=None):
         ]
         axes.errorbar(batches, median, yerr=spread, marker="o", capsize=3, label=label,
                       color=RANK_COLOURS[n % 10])  # fmt: skip
-    axes.set_xscale("log", base=2)
-    axes.set_xlabel("global batch (all ranks together)")
-    axes.set_ylabel("samples per second")
-    axes.set_title("training throughput (median, min-max)")
-    axes.legend(fontsize=8)
-    return _done(fig, ax is None)
+    return _throughput_done(fig, axes, ax)
 
 
 def allreduce_picture(rows: Sequence[dict], ax=None):
