@@ -20,6 +20,26 @@ ROOT = Path(__file__).resolve().parent.parent
 KEPT = ("torchinductor_",)
 
 
+def pytest_configure(config):
+    """Keep pytest's own tmp_path folders in one folder of this run, removed when it ends.
+
+    By default pytest keeps the last three runs' folders in the temporary
+    folder; the course promises to leave that folder as it found it.
+    """
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="ddp-lesson-pytest-")
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+def pytest_unconfigure(config):
+    own = config.stash.get(_OWN_BASETEMP, None)
+    if own:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+_OWN_BASETEMP = pytest.StashKey[str]()
+
+
 def litter(folder: Path) -> list[str]:
     """What is left in ``folder`` but torch's compile cache."""
     return sorted(p.name for p in folder.iterdir() if not p.name.startswith(KEPT))
@@ -36,7 +56,8 @@ def clean_temporary_folder(tmp_path_factory):
     folders of kernels that have gone.
     """
     # This process's own folders stay where they were: its multiprocessing
-    # folder (removed when it exits) and pytest's own (tmp_path).
+    # folder (removed when it exits) and pytest's own (tmp_path, removed at
+    # the end of the run by pytest_unconfigure).
     multiprocessing.util.get_temp_dir()
     tmp_path_factory.getbasetemp()
     folder = Path(tempfile.mkdtemp(prefix="ddp-lesson-tests-"))
