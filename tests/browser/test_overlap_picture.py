@@ -8,33 +8,26 @@ button and waits for the new launch's facts and picture. Screenshots land
 in ``tests/artifacts/`` (``overlap-picture.png``).
 
 Chromium comes from Debian's ``chromium`` package, as for
-``test_partition_explorer.py``, whose helpers this test shares.
+``test_partition_explorer.py``; the helpers both share are in ``lab.py``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
 import shutil
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
-from test_partition_explorer import (
+from lab import (
     ARTIFACTS,
     CHROMIUM_FLAGS,
     RUN_ALL_S,
-    SERVER_START_S,
-    _chromium,
-    _free_port,
-    _run_all,
-    _wait_for_kernel,
+    chromium,
+    jupyterlab,
+    run_all,
+    start_kernel,
+    wait_for_kernel,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,67 +63,9 @@ def _short_notebook(folder: Path) -> None:
 def lab(tmp_path):
     """A JupyterLab server on 127.0.0.1 serving the short notebook; yields (url, token)."""
     _short_notebook(tmp_path)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    settings = tmp_path / ".settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(
-        '{"fetchNews": "false", "checkForUpdates": false}'
-    )
-    port, token = _free_port(), secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(tmp_path / ".config"),
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / ".runtime"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / ".workspaces"),
-    }
-    command = [
-        sys.executable, "-m", "jupyterlab", "--no-browser",
-        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
-        "--LabApp.news_url=None", f"--LabApp.user_settings_dir={tmp_path / '.settings'}",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-    ]  # fmt: skip
-    if os.getuid() == 0:
-        command.append("--allow-root")
-    log = open(tmp_path / "jupyterlab.log", "wb")
-    server = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "JupyterLab did not start:\n" + (tmp_path / "jupyterlab.log").read_text()
-                    ) from None
-                time.sleep(0.5)
-        request = urllib.request.Request(
-            f"{url}/api/sessions?token={token}",
-            data=json.dumps(
-                {"path": NAME, "type": "notebook", "kernel": {"name": "python3"}}
-            ).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        urllib.request.urlopen(request, timeout=60).close()
+    with jupyterlab(tmp_path, "jupyterlab-overlap.log") as (url, token):
+        start_kernel(url, token, NAME)
         yield url, token
-    finally:
-        shutil.copy(tmp_path / "jupyterlab.log", ARTIFACTS / "jupyterlab-overlap.log")
-        family = [server.pid] + [p.pid for p in psutil.Process(server.pid).children(True)]
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        for pid in family:
-            try:
-                psutil.Process(pid).kill()
-            except psutil.NoSuchProcess:
-                pass
-        log.close()
 
 
 def _picture(view) -> str:
@@ -142,16 +77,16 @@ def _picture(view) -> str:
 
 def test_overlap_picture_is_drawn_from_a_real_launch_and_follows_its_controls(no_leftovers, lab):
     sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = _chromium()
+    browser_path = chromium()
     url, token = lab
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        browser = p.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1200})
             page.goto(f"{url}/lab/tree/{NAME}?token={token}")
             page.locator(".jp-Notebook").first.wait_for(timeout=60_000)
-            _wait_for_kernel(page)
-            _run_all(page)
+            wait_for_kernel(page)
+            run_all(page)
             facts = page.locator(".ddp-overlap").first
             facts.get_by_text("last layer first").wait_for(timeout=RUN_ALL_S * 1000)
             assert "2 all-reduce(s) in the step" in facts.inner_text()

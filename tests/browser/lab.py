@@ -1,0 +1,172 @@
+"""What the real-browser tests share: Chromium, and a JupyterLab server of their own.
+
+Each test starts JupyterLab on 127.0.0.1 with a token in a temporary folder,
+with a private Jupyter state, opens a notebook there in headless Chromium
+(Debian's ``chromium``, driven by Playwright through ``executable_path``)
+and drives it as a learner would. Without Chromium the tests skip, except
+under CI (``CI=true``), where they fail: ``.ci/run`` installs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("DDP_LESSON_ARTIFACTS", ROOT / "tests" / "artifacts"))
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: Seconds for JupyterLab to start, and for the whole notebook to run.
+SERVER_START_S, RUN_ALL_S = 90, 300
+
+
+def chromium() -> str:
+    found = os.environ.get("DDP_LESSON_CHROMIUM") or shutil.which("chromium")
+    if found:
+        return found
+    reason = (
+        "no Chromium found: install Debian's package (sudo apt-get install chromium) "
+        "or set DDP_LESSON_CHROMIUM to a Chromium binary"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def jupyterlab(folder: Path, log_name: str) -> Iterator[tuple[str, str]]:
+    """JupyterLab serving ``folder`` on 127.0.0.1; yields (url, token), then stops it all.
+
+    Its log is copied to ``tests/artifacts/<log_name>``; the server and
+    every process it started (kernels, their ranks) are gone afterwards.
+    """
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    # no "would you like news?" prompt over the page
+    settings = folder / ".settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        '{"fetchNews": "false", "checkForUpdates": false}'
+    )
+    port, token = free_port(), secrets.token_hex(16)
+    env = {
+        **os.environ,
+        # a clean, private Jupyter state for this test only
+        "JUPYTER_CONFIG_DIR": str(folder / ".config"),
+        "JUPYTER_RUNTIME_DIR": str(folder / ".runtime"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(folder / ".workspaces"),
+    }
+    command = [
+        sys.executable, "-m", "jupyterlab", "--no-browser",
+        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={folder}",
+        "--LabApp.news_url=None", f"--LabApp.user_settings_dir={folder / '.settings'}",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]  # fmt: skip
+    if os.getuid() == 0:
+        command.append("--allow-root")
+    log = open(folder / "jupyterlab.log", "wb")
+    server = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "JupyterLab did not start:\n" + (folder / "jupyterlab.log").read_text()
+                    ) from None
+                time.sleep(0.5)
+        yield url, token
+    finally:
+        shutil.copy(folder / "jupyterlab.log", ARTIFACTS / log_name)
+        family = [server.pid] + [p.pid for p in psutil.Process(server.pid).children(True)]
+        server.terminate()  # JupyterLab shuts its kernels down on SIGTERM
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        for pid in family:  # anything that outlived its server
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
+        log.close()
+
+
+def start_kernel(url: str, token: str, notebook: str) -> None:
+    """Start the notebook's kernel through JupyterLab's REST API before the page opens.
+
+    A page that finds a running session for its notebook connects to it;
+    without one, JupyterLab may first ask which kernel to start.
+    """
+    request = urllib.request.Request(
+        f"{url}/api/sessions?token={token}",
+        data=json.dumps(
+            {"path": notebook, "type": "notebook", "kernel": {"name": "python3"}}
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(request, timeout=60).close()
+
+
+def wait_for_kernel(page) -> None:
+    """Wait until the kernel is idle and no dialog is open (accepting "Select Kernel")."""
+    accept = page.locator(".jp-Dialog .jp-mod-accept")
+    idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+    settled_since = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if accept.count():
+            accept.first.click()  # "Select Kernel": the default, Python 3 (ipykernel)
+            settled_since = None
+        elif idle.count():
+            settled_since = settled_since or time.monotonic()
+            if time.monotonic() - settled_since > 3:  # a dialog can open a moment late
+                return
+        time.sleep(0.5)
+    raise AssertionError("the notebook's kernel did not become idle within 60 s")
+
+
+def run_all(page) -> None:
+    """Run > Run All Cells, again if the first code cell has not started within 30 s."""
+    started = page.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
+    for _ in range(3):
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator("[data-command='runmenu:run-all']").click()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if started.count():
+                return
+            time.sleep(0.5)
+    raise AssertionError("Run All Cells did not start the notebook's cells")
