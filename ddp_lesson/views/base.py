@@ -107,6 +107,11 @@ def parse_world_size(text: object) -> int:
         raise ValueError(str(error)) from None
 
 
+def planned_world_size(world_size: int | None) -> object:
+    """A view's world size: the one given, or :func:`devices.plan`'s when ``None``."""
+    return devices.plan().world_size if world_size is None else world_size
+
+
 def number_box(name: str, value: object, description: str) -> ipw.Text:
     """A text box for a whole number that acts on Enter or on leaving it."""
     box = ipw.Text(
@@ -238,6 +243,26 @@ class View:
         for handles in self._handles:
             for handle, obj in zip(handles, self.renderings(), strict=True):
                 handle.update(obj)
+
+    def take_controls(self, controls: dict, changed: Callable[[], None]) -> None:
+        """Adopt ``controls``: read them now, and call ``changed()`` whenever one changes.
+
+        A bad starting value raises here, with the message ``_read`` gives.
+        """
+        self.controls = controls
+        self.settings = self._read()
+        for control in controls.values():
+            control.observe(self.on_change(changed), names="value")
+
+    def _read(self) -> dict:
+        """The current settings, parsed from the controls (a bad value raises)."""
+        raise NotImplementedError
+
+    def run_and_show(self) -> None:
+        """The run button's action: ``run()`` with the current settings, then redraw."""
+        self.run()
+        self.say("")
+        self.publish()
 
     def on_change(self, read: Callable[[], None]) -> Callable:
         """A control handler: ``read()`` the controls; a bad value becomes the view's message.

@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt
 from IPython.display import HTML
 from matplotlib.figure import Figure
 
-from .. import devices, launch
-from .base import View, html_block, number_box, parse_world_size, quoted
+from .. import launch
+from .base import View, html_block, number_box, parse_world_size, planned_world_size, quoted
 from .plots import RANK_COLOURS
 
 #: How a launch of the worker exchanges gradients (its ``how`` argument).
@@ -268,22 +268,20 @@ class OverlapTimeline(View):
         super().__init__()
         if how not in HOWS:
             raise ValueError(f"how must be one of {list(HOWS)}, got {how!r}")
-        if world_size is None:
-            world_size = devices.plan().world_size
+        world_size = planned_world_size(world_size)
         self.main, self.world_size = main, parse_world_size(world_size)
         self.steps = steps
-        self.controls = {
-            "how": ipw.Dropdown(options=list(HOWS), value=how, description="exchange"),
+        how_box = ipw.Dropdown(options=list(HOWS), value=how, description="exchange")
+        how_box.add_class("ddp-how")
+        controls = {
+            "how": how_box,
             "bucket_cap_mb": number_box("bucket_cap_mb", bucket_cap_mb, "bucket cap (MB)"),
         }
-        self.controls["how"].add_class("ddp-how")
-        self.settings = self._read()
+        self.take_controls(controls, self._changed)
         self.reports: list[dict] = []
         self.drawn: dict = {}
-        for control in self.controls.values():
-            control.observe(self.on_change(self._changed), names="value")
         self.run_button = self.button(
-            "launch and draw", "ddp-run", lambda: "training ...", self._run_and_show
+            "launch and draw", "ddp-run", lambda: "training ...", self.run_and_show
         )
         c = self.controls
         self.box = ipw.VBox(
@@ -312,11 +310,6 @@ class OverlapTimeline(View):
         )  # fmt: skip
         self.drawn = s
         return self
-
-    def _run_and_show(self) -> None:
-        self.run()
-        self.say("")
-        self.publish()
 
     def facts(self) -> list[str]:
         """What the drawn step shows, in sentences that do not depend on the machine's speed."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import ipywidgets as ipw
 from IPython.display import HTML
 
-from .. import data, devices
+from .. import data
 from . import runs
 from .base import (
     View,
@@ -18,6 +18,7 @@ from .base import (
     number_box,
     parse_whole,
     parse_world_size,
+    planned_world_size,
 )
 
 #: The explorer draws one column per index; beyond this a grid stops being readable.
@@ -115,9 +116,8 @@ class SamplerExplorer(View):
         set_epoch: bool = True,
     ) -> None:
         super().__init__()
-        if world_size is None:
-            world_size = devices.plan().world_size
-        self.controls = {
+        world_size = planned_world_size(world_size)
+        controls = {
             "size": number_box("size", size, "data-set size"),
             "world_size": number_box("world_size", world_size, "world size"),
             "epoch": number_box("epoch", epoch, "epoch"),
@@ -128,12 +128,10 @@ class SamplerExplorer(View):
                 value=bool(set_epoch), description="loop calls set_epoch(epoch)", indent=False
             ),
         }
-        for name, control in self.controls.items():
+        for name, control in controls.items():
             control.add_class(f"ddp-{name.replace('_', '-')}")
-        self.settings = self._read()  # a bad starting value raises, with the message
+        self.take_controls(controls, self._changed)  # a bad starting value raises, with the message
         self._compute()
-        for control in self.controls.values():
-            control.observe(self.on_change(self._changed), names="value")
         self.verify_button = self.button(
             "verify with a real launch",
             "ddp-verify",

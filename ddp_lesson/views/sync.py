@@ -7,9 +7,16 @@ import html
 import ipywidgets as ipw
 from IPython.display import HTML
 
-from .. import devices
 from . import plots, runs
-from .base import View, html_block, html_table, number_box, parse_whole, parse_world_size
+from .base import (
+    View,
+    html_block,
+    html_table,
+    number_box,
+    parse_whole,
+    parse_world_size,
+    planned_world_size,
+)
 
 #: Steps the gradient sync check may train (each step is a few milliseconds).
 MAX_SYNC_STEPS = 50
@@ -31,18 +38,15 @@ class GradientSync(View):
 
     def __init__(self, world_size: int | None = None, steps: int = 3) -> None:
         super().__init__()
-        if world_size is None:
-            world_size = devices.plan().world_size
-        self.controls = {
+        world_size = planned_world_size(world_size)
+        controls = {
             "world_size": number_box("world_size", world_size, "world size"),
             "steps": number_box("steps", steps, "steps"),
         }
-        self.settings = self._read()
+        self.take_controls(controls, self._changed)
         self.reports: list[dict] = []
-        for control in self.controls.values():
-            control.observe(self.on_change(self._changed), names="value")
         self.run_button = self.button(
-            "train and compare", "ddp-run", lambda: "training ...", self._run_and_show
+            "train and compare", "ddp-run", lambda: "training ...", self.run_and_show
         )
         c = self.controls
         self.box = ipw.VBox(
@@ -71,11 +75,6 @@ class GradientSync(View):
             runs.sync_check, s["world_size"], s["steps"], unit="step", timeout_s=timeout_s
         )
         return self
-
-    def _run_and_show(self) -> None:
-        self.run()
-        self.say("")
-        self.publish()
 
     def verdict(self) -> dict:
         """The measured answer: largest differences between ranks, and what they mean."""

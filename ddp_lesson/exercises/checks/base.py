@@ -9,6 +9,7 @@ any error it raises becomes part of the message.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,13 +126,27 @@ def worker_path(path: str | Path) -> str | None:
     return str(resolved) if resolved.is_file() else None
 
 
-def choice(check: str, answer: object, right: str, stage: str, note: str, fix: str) -> Result:
-    """Check a multiple-choice answer (a letter; case and spaces do not matter)."""
-    if is_stub(answer):
-        return not_attempted(check, "the answer line")
-    if str(answer).strip().lower() == right:
-        return passed(check, note)
-    return failed(check, stage, right, repr(answer), fix)
+def multiple_choice(
+    check: str, right: str, stage: str, note: str, fix: str, question: str
+) -> Callable[[object], Result]:
+    """A ``check_*`` function for a multiple-choice answer (a letter; case and spaces ignored).
+
+    Args:
+        check: the check's name. right: the right letter. stage: who owns the fix.
+        note: said on a pass. fix: said on a wrong answer. question: what is asked,
+            for the function's docstring.
+    """
+
+    def answer_check(answer: object) -> Result:
+        if is_stub(answer):
+            return not_attempted(check, "the answer line")
+        if str(answer).strip().lower() == right:
+            return passed(check, note)
+        return failed(check, stage, right, repr(answer), fix)
+
+    answer_check.__name__ = answer_check.__qualname__ = check
+    answer_check.__doc__ = f"Check the multiple-choice answer on {question}."
+    return answer_check
 
 
 def launch_file(check: str, path: str | Path, probe: Callable, stubbed: str, *args: object):
@@ -147,3 +162,59 @@ def launch_file(check: str, path: str | Path, probe: Callable, stubbed: str, *ar
     if error is not None and "NotImplementedError" in str(error):
         return None, None, not_attempted(check, stubbed)
     return got, error, None
+
+
+class EndCheck(Exception):
+    """Raised inside a check by a helper that has found its outcome; carries the Result."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(str(result))
+        self.result = result
+
+
+def graded(function: Callable[..., Result]) -> Callable[..., Result]:
+    """Make a ``check_*`` function return the Result of an :class:`EndCheck` its helpers raise."""
+
+    @functools.wraps(function)
+    def run(*args, **kwargs) -> Result:
+        try:
+            return function(*args, **kwargs)
+        except EndCheck as ended:
+            return ended.result
+
+    return run
+
+
+def launch_checked(
+    check: str,
+    path: str | Path,
+    probe: Callable,
+    stubbed: str,
+    *args: object,
+    stage: str,
+    expected: str,
+    fix: str = "the line the error names",
+    hang: tuple[str, str, str] | None = None,
+    explain: Callable[[BaseException], Result | None] | None = None,
+) -> list:
+    """Launch ``probe`` around the learner's file and return the ranks' reports.
+
+    Used inside a :func:`graded`: when there is nothing to
+    judge it raises :class:`EndCheck` with the Result that ends the check:
+    the file is missing, its functions are still stubs, or the launch raised.
+    For an error, ``hang`` (expected, happened, fix) explains a launch that
+    ran out of time, and ``explain(error)`` may name another specific failure;
+    any other error fails the check at ``stage`` with ``expected``, the error
+    quoted, and ``fix``.
+    """
+    got, error, early = launch_file(check, path, probe, stubbed, *args)
+    if early is not None:
+        raise EndCheck(early)
+    if error is None:
+        return got
+    if hang is not None and isinstance(error, launch.LaunchTimeout):
+        raise EndCheck(failed(check, stage, *hang))
+    specific = explain(error) if explain is not None else None
+    if specific is None:  # (a failed Result is falsy: compare with None)
+        specific = failed(check, stage, expected, quote(error), fix)
+    raise EndCheck(specific)

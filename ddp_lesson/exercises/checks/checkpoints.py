@@ -21,7 +21,8 @@ from pathlib import Path
 from ... import devices, reports
 from ...stages import stage
 from ..probes import checkpoints as probes
-from .base import Result, failed, launch_file, passed, quote
+from . import base
+from .base import Result, failed, graded, launch_checked, launch_file, passed, quote
 
 NAME = "check_checkpoint"
 GROUP, MODEL = stage("process_group").title, stage("model_wrapping").title
@@ -45,6 +46,7 @@ def _wrapper_keys(state: object) -> list[str]:
     return []
 
 
+@graded
 def check_checkpoint(path: str | Path) -> Result:
     """Train with the learner's checkpoint functions, kill a rank, resume, and compare.
 
@@ -55,14 +57,10 @@ def check_checkpoint(path: str | Path) -> Result:
     world_size = devices.plan().world_size
     with tempfile.TemporaryDirectory(prefix="ddp-lesson-checkpoints-") as folder:
         full, crashed = os.path.join(folder, "full.pt"), os.path.join(folder, "crashed.pt")
-        got, error, early = launch_file(NAME, path, probes.train, STUBBED, full, EPOCHS, -1)
-        if early is not None:
-            return early
-        if error is not None:
-            return failed(
-                NAME, MODEL, f"{EPOCHS} epochs of training, saving after each", quote(error),
-                "the line the error names",
-            )  # fmt: skip
+        got = launch_checked(
+            NAME, path, probes.train, STUBBED, full, EPOCHS, -1,
+            stage=MODEL, expected=f"{EPOCHS} epochs of training, saving after each",
+        )  # fmt: skip
         problem = _first_run(got, full, world_size)
         if problem is not None:
             return problem
@@ -82,23 +80,27 @@ def check_checkpoint(path: str | Path) -> Result:
                 "save_checkpoint: barrier() after rank 0's save, on every rank",
             )  # fmt: skip
 
-        got, error, _ = launch_file(NAME, path, probes.train, STUBBED, crashed, EPOCHS, -1)
-        if error is not None:
-            return failed(
-                NAME, MODEL, "the same command to resume from the checkpoint", quote(error),
-                "load_checkpoint: the line the error names",
-            )  # fmt: skip
+        got = launch_checked(
+            NAME, path, probes.train, STUBBED, crashed, EPOCHS, -1,
+            stage=MODEL, expected="the same command to resume from the checkpoint",
+            fix="load_checkpoint: the line the error names",
+        )  # fmt: skip
         return _resumed(got, reference)
 
 
-def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
+def _require_start(got: list[dict], epoch: int, expected: str, fix: str) -> None:
+    """End the check unless ``load_checkpoint`` returned ``epoch`` on every rank."""
     starts = sorted({repr(r["start"]) for r in got})
-    if starts != ["0"]:
-        return failed(
-            NAME, MODEL, "load_checkpoint to return 0 when there is no checkpoint yet",
-            f"it returned {', '.join(starts)}",
-            "load_checkpoint: if the file does not exist, return 0",
-        )  # fmt: skip
+    if starts != [repr(epoch)]:
+        happened = f"load_checkpoint returned {', '.join(starts)}"
+        raise base.EndCheck(failed(NAME, MODEL, expected, happened, fix))
+
+
+def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
+    _require_start(
+        got, 0, "load_checkpoint to return 0 when there is no checkpoint yet",
+        "load_checkpoint: if the file does not exist, return 0",
+    )  # fmt: skip
     saves = [r["saves"] for r in got]
     if saves[0] != EPOCHS or any(saves[1:]):
         return failed(
@@ -134,13 +136,10 @@ def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
 
 
 def _resumed(got: list[dict], reference: list) -> Result:
-    starts = sorted({repr(r["start"]) for r in got})
-    if starts != ["1"]:
-        return failed(
-            NAME, MODEL, "the resumed run to start at epoch 1: the checkpoint holds epoch 0",
-            f"load_checkpoint returned {', '.join(starts)}",
-            "load_checkpoint: return the saved epoch + 1",
-        )  # fmt: skip
+    _require_start(
+        got, 1, "the resumed run to start at epoch 1: the checkpoint holds epoch 0",
+        "load_checkpoint: return the saved epoch + 1",
+    )  # fmt: skip
     bare = [r["rank"] for r in got if any(m == "None" for m in r["map_locations"])]
     if bare or not all(r["map_locations"] for r in got):
         return failed(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...stages import stage
 from ..probes import inside as probes
-from .base import Result, failed, launch_file, passed, quote
+from .base import Result, failed, graded, launch_checked, passed
 
 MODEL = stage("model_wrapping").title
 
@@ -58,6 +58,7 @@ def _defined(name: str) -> str:
     return rf"^\s*def {name}\("
 
 
+@graded
 def check_hooks(path: str | Path) -> Result:
     """Launch the learner's hand-built DDP (the file at ``path``) beside DDP and compare.
 
@@ -68,17 +69,10 @@ def check_hooks(path: str | Path) -> Result:
     """
     name = "check_hooks"
     path = Path(path)
-    got, error, early = launch_file(
+    got = launch_checked(
         name, path, probes.hooked_training, "broadcast_parameters(), attach_hooks() and finish()",
-        STEPS,
+        STEPS, stage=MODEL, expected="your three functions to run in every rank",
     )  # fmt: skip
-    if early is not None:
-        return early
-    if error is not None:
-        return failed(
-            name, MODEL, "your three functions to run in every rank", quote(error),
-            "the line the error names",
-        )  # fmt: skip
     world_size = got[0]["world_size"]
     broadcast_at = _where(path, _defined("broadcast_parameters"))
     hooks_at = _where(path, r"register_\w*hook\(", _defined("attach_hooks"))
@@ -86,27 +80,31 @@ def check_hooks(path: str | Path) -> Result:
 
     # 1. every rank must start from rank 0's parameters and buffers
     start_gap = max(r["start_gap"] for r in got)
-    if start_gap > 0:
-        return failed(
-            name, MODEL,
+    starts = (
+        (
+            start_gap,
             "after broadcast_parameters(model), every rank holds rank 0's parameters",
             f"the ranks' parameters still differed by up to {start_gap:.3g}: each rank kept "
             "the weights of its own seed (the initial broadcast was skipped)",
-            f"{broadcast_at}: dist.broadcast(tensor.detach(), src=0) for every parameter "
-            "and buffer, as DDP(model) does first",
-        )  # fmt: skip
-    if max(r["buffer_gap"] for r in got) > 0:
-        return failed(
-            name, MODEL, "rank 0's buffers on every rank too (DDP broadcasts them as well)",
+            "dist.broadcast(tensor.detach(), src=0) for every parameter and buffer, as "
+            "DDP(model) does first",
+        ),
+        (
+            max(r["buffer_gap"] for r in got),
+            "rank 0's buffers on every rank too (DDP broadcasts them as well)",
             "the parameters were equal, but the model's buffer still differed between ranks",
-            f"{broadcast_at}: broadcast model.buffers() as well as model.parameters()",
-        )  # fmt: skip
-    if max(r["start_vs_rank0"] for r in got) > 0:
-        return failed(
-            name, MODEL, "every rank to start from rank 0's parameters, as DDP does",
+            "broadcast model.buffers() as well as model.parameters()",
+        ),
+        (
+            max(r["start_vs_rank0"] for r in got),
+            "every rank to start from rank 0's parameters, as DDP does",
             "the ranks held equal parameters, but not rank 0's",
-            f"{broadcast_at}: broadcast from src=0",
-        )  # fmt: skip
+            "broadcast from src=0",
+        ),
+    )
+    for gap, expected, happened, fix in starts:
+        if gap > 0:
+            return failed(name, MODEL, expected, happened, f"{broadcast_at}: {fix}")
 
     report = got[0]
     calls = [c for step in report["calls"] for c in step]

@@ -18,7 +18,7 @@ from ... import devices, launch
 from ...stages import stage
 from ..probes import launchers as probes
 from . import base
-from .base import Result, failed, launch_file, passed, quote
+from .base import Result, failed, graded, launch_checked, passed, quote
 
 NAME = "check_launchers"
 SPAWNING, GROUP = stage("spawning").title, stage("process_group").title
@@ -30,6 +30,7 @@ NODES = 2
 VARIABLES = "RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
 
 
+@graded
 def check_launchers(path: str | Path) -> Result:
     """Run the learner's worker as ``mp.spawn`` starts it and as ``torchrun`` does, and compare.
 
@@ -37,11 +38,11 @@ def check_launchers(path: str | Path) -> Result:
         path: the worker file, e.g. ``"workers/exercise_08.py"``.
     """
     plan = devices.plan()
-    got, error, early = launch_file(NAME, path, probes.spawned, "ddp_setup() and main()")
-    if early is not None:
-        return early
-    if error is not None:
-        return _spawn_error(error, plan)
+    got = launch_checked(
+        NAME, path, probes.spawned, "ddp_setup() and main()",
+        stage=GROUP, expected="ddp_setup() and main() to run",
+        explain=lambda error: _spawn_error(error, plan),
+    )  # fmt: skip
     for r in got:
         wrong = _wrong(r, plan.world_size, str(plan.device(r["rank"])), plan.backend, "mp.spawn")
         if wrong is not None:

@@ -41,6 +41,29 @@ def _number(name: str, value: object) -> float | Result:
     return float(value)
 
 
+def _measured(name: str, value: object, what: str, measure) -> tuple[float, object] | Result:
+    """The prediction as a number and ``measure(world_size)``, or the Result that ends the check."""
+    predicted = _number(name, value)
+    if isinstance(predicted, Result):
+        return predicted
+    try:
+        return predicted, measure(devices.plan().world_size)
+    except launch.LaunchError as error:
+        return failed(name, MODEL, what, quote(error), "run the check again")
+
+
+def _verdict(
+    name: str, right: bool, note: str, why, shown: str, expected: str, said: str, reveal: bool
+) -> Result:
+    """Pass with ``note``, or fail saying ``why()``; the measurement ``shown`` once revealed."""
+    if right:
+        answers.forget(name)
+        return passed(name, note)
+    tries = answers.tried(name)
+    shown_now = reveal or tries >= answers.REVEAL_AFTER
+    return failed(name, MODEL, shown if shown_now else expected, said, why())
+
+
 def check_exchange_prediction(megabytes: object, *, batch: int = 4096, reveal: bool = False):
     """Compare a predicted all-reduce volume per step (MB per rank) with one measured in DDP.
 
@@ -50,52 +73,46 @@ def check_exchange_prediction(megabytes: object, *, batch: int = 4096, reveal: b
         reveal: show the measurement now, even on a first wrong try.
     """
     name = "check_exchange_prediction"
-    predicted = _number(name, megabytes)
-    if isinstance(predicted, Result):
-        return predicted
-    plan = devices.plan()
-    try:
-        got = launch.run_ranks(
-            probes.exchange, plan.world_size, batch, 2, timeout_s=base.CHECK_TIMEOUT_S
-        )
-    except launch.LaunchError as error:
-        return failed(name, MODEL, "a measured DDP step", quote(error), "run the check again")
+    found = _measured(
+        name, megabytes, "a measured DDP step",
+        lambda world_size: launch.run_ranks(
+            probes.exchange, world_size, batch, 2, timeout_s=base.CHECK_TIMEOUT_S
+        ),
+    )  # fmt: skip
+    if isinstance(found, Result):
+        return found
+    predicted, got = found
+    world_size = devices.plan().world_size
     measured = got[0]["bytes"] / MB
-    calls = got[0]["calls"]
-    off = predicted / measured - 1
-    if abs(off) <= BYTES_TOLERANCE:
-        answers.forget(name)
-        return passed(
-            name,
-            f"each rank handed DDP's all-reduce {measured:.2f} MB per step at a global batch "
-            f"of {batch}, in {calls} call(s) (DDP's buckets): one 4-byte gradient per "
-            "parameter, whatever the batch.",
-        )
-    tries = answers.tried(name)
-    if predicted > measured:
-        why = (
-            "too high: the all-reduce carries the gradients, one number per parameter of "
-            "the model; does the batch change how many parameters there are?"
-        )
-    elif abs(predicted * plan.world_size / measured - 1) <= BYTES_TOLERANCE:
-        why = (
-            f"too low, by the world size: each rank hands the whole gradient to the "
-            f"all-reduce, not 1/{plan.world_size} of it"
-        )
-    else:
-        why = (
+
+    def why() -> str:
+        if predicted > measured:
+            return (
+                "too high: the all-reduce carries the gradients, one number per parameter of "
+                "the model; does the batch change how many parameters there are?"
+            )
+        if abs(predicted * world_size / measured - 1) <= BYTES_TOLERANCE:
+            return (
+                f"too low, by the world size: each rank hands the whole gradient to the "
+                f"all-reduce, not 1/{world_size} of it"
+            )
+        return (
             "too low: count NeuralNetwork's parameters (64 -> 512 -> 512 -> 10, weights and "
             "biases), 4 bytes each"
         )
-    if reveal or tries >= answers.REVEAL_AFTER:
-        return failed(
-            name, MODEL, f"{measured:.2f} MB per rank per step ({got[0]['bytes']} bytes)",
-            f"{predicted:g} MB", why,
-        )  # fmt: skip
-    return failed(
-        name, MODEL, f"within {BYTES_TOLERANCE:.0%} of the measured MB per step",
-        f"{predicted:g} MB", why,
-    )  # fmt: skip
+
+    return _verdict(
+        name,
+        abs(predicted / measured - 1) <= BYTES_TOLERANCE,
+        f"each rank handed DDP's all-reduce {measured:.2f} MB per step at a global batch "
+        f"of {batch}, in {got[0]['calls']} call(s) (DDP's buckets): one 4-byte gradient per "
+        "parameter, whatever the batch.",
+        why,
+        shown=f"{measured:.2f} MB per rank per step ({got[0]['bytes']} bytes)",
+        expected=f"within {BYTES_TOLERANCE:.0%} of the measured MB per step",
+        said=f"{predicted:g} MB",
+        reveal=reveal,
+    )
 
 
 def check_allreduce_prediction(times: object, *, reveal: bool = False) -> Result:
@@ -106,20 +123,19 @@ def check_allreduce_prediction(times: object, *, reveal: bool = False) -> Result
         reveal: show the measurement now, even on a first wrong try.
     """
     name = "check_allreduce_prediction"
-    predicted = _number(name, times)
-    if isinstance(predicted, Result):
-        return predicted
-    plan = devices.plan()
     # The fastest call of each size, over two launches: what an all-reduce costs
     # when nothing else on the machine gets in its way (a median moves with the
     # machine's load, and so would the ratio).
-    try:
-        runs = [
-            bench.allreduce([SMALL, LARGE], world_size=plan.world_size, repeats=REPEATS)
+    found = _measured(
+        name, times, "a measured all-reduce",
+        lambda world_size: [
+            bench.allreduce([SMALL, LARGE], world_size=world_size, repeats=REPEATS)
             for _ in range(LAUNCHES)
-        ]
-    except launch.LaunchError as error:
-        return failed(name, MODEL, "a measured all-reduce", quote(error), "run the check again")
+        ],
+    )  # fmt: skip
+    if isinstance(found, Result):
+        return found
+    predicted, runs = found
     small, large = (min(rows[i]["min_ms"] for rows in runs) for i in (0, 1))
     measured = large / small
     within = 1 / RATIO_FACTOR <= predicted / measured <= RATIO_FACTOR
@@ -128,24 +144,19 @@ def check_allreduce_prediction(times: object, *, reveal: bool = False) -> Result
         f"{LAUNCHES * REPEATS} calls each): "
         f"{measured:.1f} times as long"
     )
-    if within:
-        answers.forget(name)
-        return passed(
-            name,
-            f"{said}; you said {predicted:g}. Sixteen times the data, nowhere near sixteen "
-            "times the time: a small all-reduce pays mostly for the round trip.",
-        )
-    tries = answers.tried(name)
-    if predicted > measured:
-        why = (
+    return _verdict(
+        name,
+        within,
+        f"{said}; you said {predicted:g}. Sixteen times the data, nowhere near sixteen "
+        "times the time: a small all-reduce pays mostly for the round trip.",
+        lambda: (
             "too high: is the time of a small all-reduce spent moving its bytes, or getting "
             "a message to the other process and back?"
-        )
-    else:
-        why = "too low: more data never takes less time; what does the extra data cost?"
-    if reveal or tries >= answers.REVEAL_AFTER:
-        return failed(name, MODEL, said, f"{predicted:g} times", why)
-    return failed(
-        name, MODEL, f"within a factor of {RATIO_FACTOR:g} of the measured ratio",
-        f"{predicted:g} times", why,
-    )  # fmt: skip
+            if predicted > measured
+            else "too low: more data never takes less time; what does the extra data cost?"
+        ),
+        shown=said,
+        expected=f"within a factor of {RATIO_FACTOR:g} of the measured ratio",
+        said=f"{predicted:g} times",
+        reveal=reveal,
+    )

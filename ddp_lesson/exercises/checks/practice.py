@@ -6,11 +6,11 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from ... import data, devices, launch, reports
+from ... import data, devices, reports
 from ...stages import stage
 from ..probes import practice as probes
 from . import base
-from .base import Result, failed, is_stub, launch_file, launch_probe, not_attempted, passed, quote
+from .base import Result, failed, graded, launch_checked, not_attempted, passed, quote
 
 GROUP = stage("process_group").title
 DATA = stage("data_division").title
@@ -58,7 +58,7 @@ def check_global_batch(
                 quote(error),
                 "the body of plan_batches",
             )
-        if is_stub(answer) or (isinstance(answer, tuple) and any(map(is_stub, answer))):
+        if base.is_stub(answer) or (isinstance(answer, tuple) and any(map(base.is_stub, answer))):
             return not_attempted(name, "plan_batches()")
         if not (isinstance(answer, tuple) and len(answer) == 2):
             return failed(
@@ -96,6 +96,7 @@ def check_global_batch(
 
 
 # -- 12, section 2: accumulation with no_sync() ------------------------------------------
+@graded
 def check_accumulate(path: str | Path) -> Result:
     """Launch the learner's ``accumulate_step`` on real ranks; count its all-reduces.
 
@@ -105,17 +106,11 @@ def check_accumulate(path: str | Path) -> Result:
     """
     name = "check_accumulate"
     k = MICRO_BATCHES
-    got, error, early = launch_file(name, path, probes.accumulate, "accumulate_step()", k)
-    if early is not None:
-        return early
-    if error is not None:
-        return failed(
-            name,
-            MODEL,
-            "accumulate_step() to run",
-            quote(error),
-            "accumulate_step: the line the error names",
-        )
+    got = launch_checked(
+        name, path, probes.accumulate, "accumulate_step()", k,
+        stage=MODEL, expected="accumulate_step() to run",
+        fix="accumulate_step: the line the error names",
+    )  # fmt: skip
     first = got[0]
     exchanges = first["floats_exchanged"] / first["gradient_floats"]
     ranks_gap = reports.max_abs_difference([r["params"] for r in got])
@@ -179,6 +174,7 @@ def check_accumulate(path: str | Path) -> Result:
 
 
 # -- 12, section 3: evaluation on every rank ---------------------------------------------
+@graded
 def check_evaluate(path: str | Path) -> Result:
     """Launch the learner's ``evaluate`` on every rank; compare with the whole test set.
 
@@ -187,22 +183,16 @@ def check_evaluate(path: str | Path) -> Result:
     """
     name = "check_evaluate"
     plan = devices.plan()
-    got, error, early = launch_file(name, path, probes.evaluate, "evaluate()")
-    if early is not None:
-        return early
-    if isinstance(error, launch.LaunchTimeout):
-        return failed(
-            name,
-            GROUP,
+    got = launch_checked(
+        name, path, probes.evaluate, "evaluate()", stage=GROUP, expected="evaluate() to run",
+        fix="evaluate: the line the error names",
+        hang=(
             "every rank to return from evaluate()",
             f"the ranks had not returned after {base.CHECK_TIMEOUT_S} s: some waited in a "
             "collective the others never called",
             "call all_reduce on every rank (not inside `if rank == 0:`)",
-        )
-    if error is not None:
-        return failed(
-            name, GROUP, "evaluate() to run", quote(error), "evaluate: the line the error names"
-        )
+        ),
+    )  # fmt: skip
     size = len(data.digits("test"))
     truth = got[0]["truth"]
     accuracies = [r["accuracy"] for r in got]
@@ -294,9 +284,9 @@ def check_unused(params_without_grad: Callable) -> Result:
             "params_without_grad: the line the error names (p.grad is None for a "
             "parameter that got no gradient)",
         )
-    if is_stub(answer):
+    if base.is_stub(answer):
         return not_attempted(name, "params_without_grad()")
-    got, error = launch_probe(devices.plan().world_size, probes.ddp_unused)
+    got, error = base.launch_probe(devices.plan().world_size, probes.ddp_unused)
     if error is not None:
         return failed(
             name,
@@ -337,6 +327,7 @@ def check_unused(params_without_grad: Callable) -> Result:
 
 
 # -- 13, section 2: seeds for shuffling and for augmentation ------------------------------
+@graded
 def check_seeds(path: str | Path, seed: int = 7) -> Result:
     """Launch the learner's ``make_loader`` on real ranks; compare shares and augmentation.
 
@@ -347,17 +338,11 @@ def check_seeds(path: str | Path, seed: int = 7) -> Result:
     """
     name = "check_seeds"
     plan = devices.plan()
-    got, error, early = launch_file(name, path, probes.seeds, "make_loader()", seed)
-    if early is not None:
-        return early
-    if error is not None:
-        return failed(
-            name,
-            DATA,
-            "make_loader() to build a loader that runs",
-            quote(error),
-            "make_loader: the line the error names",
-        )
+    got = launch_checked(
+        name, path, probes.seeds, "make_loader()", seed,
+        stage=DATA, expected="make_loader() to build a loader that runs",
+        fix="make_loader: the line the error names",
+    )  # fmt: skip
     size = probes.SEEDS_SIZE
     shares = [set(r["indices"]) for r in got]
     everything = set().union(*shares)

@@ -25,7 +25,16 @@ from ... import devices, launch
 from ...stages import stage
 from ..probes import script as probes
 from . import base
-from .base import Result, failed, launch_file, missing_file, not_attempted, passed, quote
+from .base import (
+    Result,
+    failed,
+    graded,
+    launch_checked,
+    missing_file,
+    not_attempted,
+    passed,
+    quote,
+)
 
 NAME = "check_ddp_script"
 SPAWNING, GROUP, DATA, MODEL, TEARDOWN = (
@@ -74,6 +83,7 @@ def _line(lines: list[str], number: int | None) -> str:
     return f"line {number}: {lines[number - 1].strip()}"
 
 
+@graded
 def check_ddp_script(path: str | Path) -> Result:
     """Run the learner's whole DDP script for real and check every stage.
 
@@ -120,18 +130,15 @@ def check_ddp_script(path: str | Path) -> Result:
         return found
     epochs = found
 
-    got, error, early = launch_file(NAME, file, probes.setup, "ddp_setup()")
-    if early is not None:
-        return early
-    if error is not None:
-        waited = isinstance(error, launch.LaunchTimeout)
-        return failed(
-            NAME, GROUP,
-            f"ddp_setup(rank, world_size, port) to join all {plan.world_size} ranks in one "
-            f"{plan.backend} group",
-            f"the ranks did not meet within {base.CHECK_TIMEOUT_S} s" if waited else quote(error),
-            _line(lines, init_line) or "ddp_setup",
-        )  # fmt: skip
+    expected = (
+        f"ddp_setup(rank, world_size, port) to join all {plan.world_size} ranks in one "
+        f"{plan.backend} group"
+    )
+    fix = _line(lines, init_line) or "ddp_setup"
+    got = launch_checked(
+        NAME, file, probes.setup, "ddp_setup()", stage=GROUP, expected=expected, fix=fix,
+        hang=(expected, f"the ranks did not meet within {base.CHECK_TIMEOUT_S} s", fix),
+    )  # fmt: skip
     joined = _joined(got, plan, lines, init_line)
     if joined is not None:
         return joined

@@ -9,22 +9,30 @@ from ... import data, devices, launch, reports
 from ...stages import stage
 from ..probes import stages as probes
 from . import answers, base
-from .base import (
-    Result,
-    choice,
-    failed,
-    is_stub,
-    launch_file,
-    not_attempted,
-    passed,
-    quote,
-)
+from .base import Result, failed, graded, launch_checked, not_attempted, passed, quote
 
 SPAWNING = stage("spawning").title
 GROUP = stage("process_group").title
 DATA = stage("data_division").title
 MODEL = stage("model_wrapping").title
 TEARDOWN = stage("teardown").title
+
+
+# The multiple-choice answers: (check, right letter, stage, said on a pass,
+# the fix for a wrong letter, the question).
+check_nprocs_zero, check_easy = (
+    base.multiple_choice(*spec)
+    for spec in (
+        ("check_nprocs_zero", "b", SPAWNING,
+         "nprocs=0 starts nothing and raises nothing: a silent no-op.",
+         "re-run the mp.spawn(..., nprocs=0) cell in 00_setup and watch",
+         "what ``mp.spawn(..., nprocs=0)`` does"),
+        ("check_easy", "b", DATA,
+         "without the sampler every process iterates the whole data set.",
+         "the sampler= argument is the only thing that divides the data",
+         "the EASY fault-finding: what each process iterates without the sampler"),
+    )
+)  # fmt: skip
 
 
 # -- stage 1: starting processes ------------------------------------------------
@@ -37,7 +45,7 @@ def check_spawn(start: Callable, world_size: object) -> Result:
     """
     name = "check_spawn"
     plan = devices.plan()
-    if is_stub(world_size):
+    if base.is_stub(world_size):
         return not_attempted(name, "the world_size line")
     if world_size != plan.world_size:
         return failed(
@@ -103,43 +111,23 @@ def check_spawn(start: Callable, world_size: object) -> Result:
     return passed(name, f"ranks {ranks} each started once, all told world_size={world_size}.")
 
 
-def check_nprocs_zero(answer: object) -> Result:
-    """Check the multiple-choice answer on what ``mp.spawn(..., nprocs=0)`` does."""
-    return choice(
-        "check_nprocs_zero",
-        answer,
-        "b",
-        SPAWNING,
-        "nprocs=0 starts nothing and raises nothing: a silent no-op.",
-        "re-run the mp.spawn(..., nprocs=0) cell in 00_setup and watch",
-    )
-
-
 # -- stage 2: connecting processes ------------------------------------------------
+@graded
 def check_process_group(path: str | Path) -> Result:
     """Launch the learner's ``ddp_setup`` and ``cleanup`` (from the file at ``path``) for real."""
     name = "check_process_group"
     plan = devices.plan()
-    got, error, early = launch_file(name, path, probes.process_group, "ddp_setup() and cleanup()")
-    if early is not None:
-        return early
-    if error is not None:
-        if isinstance(error, launch.LaunchTimeout):
-            return failed(
-                name,
-                GROUP,
-                f"all {plan.world_size} ranks to meet in init_process_group",
-                f"they did not meet within {base.CHECK_TIMEOUT_S} s",
-                'ddp_setup: MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), and '
-                "init_process_group(backend, rank=rank, world_size=world_size)",
-            )
-        return failed(
-            name,
-            GROUP,
-            "ddp_setup() to create the group",
-            quote(error),
-            "ddp_setup: the line the error names",
-        )
+    got = launch_checked(
+        name, path, probes.process_group, "ddp_setup() and cleanup()",
+        stage=GROUP, expected="ddp_setup() to create the group",
+        fix="ddp_setup: the line the error names",
+        hang=(
+            f"all {plan.world_size} ranks to meet in init_process_group",
+            f"they did not meet within {base.CHECK_TIMEOUT_S} s",
+            'ddp_setup: MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), and '
+            "init_process_group(backend, rank=rank, world_size=world_size)",
+        ),
+    )  # fmt: skip
     expected_total = sum(rank + 1 for rank in range(plan.world_size))
     for report in got:
         rank = report["rank"]
@@ -191,23 +179,16 @@ def check_process_group(path: str | Path) -> Result:
 
 
 # -- stage 3: splitting the data ---------------------------------------------------
+@graded
 def check_sampler(path: str | Path, size: int = 10, epochs: int = 2) -> Result:
     """Launch the learner's ``make_loader`` and ``epoch_orders``; compare with the real sampler."""
     name = "check_sampler"
     plan = devices.plan()
-    got, error, early = launch_file(
-        name, path, probes.sampler, "make_loader() and epoch_orders()", size, epochs
-    )
-    if early is not None:
-        return early
-    if error is not None:
-        return failed(
-            name,
-            DATA,
-            "the loader to run",
-            quote(error),
-            "make_loader / epoch_orders: the line the error names",
-        )
+    got = launch_checked(
+        name, path, probes.sampler, "make_loader() and epoch_orders()", size, epochs,
+        stage=DATA, expected="the loader to run",
+        fix="make_loader / epoch_orders: the line the error names",
+    )  # fmt: skip
     orders = [r["orders"] for r in got]
     if any(len(o[0]) == size for o in orders) and plan.world_size > 1:
         return failed(
@@ -263,7 +244,7 @@ def check_sampler_prediction(
     shown after a few wrong tries, or at once with ``reveal=True``.
     """
     name = "check_sampler_prediction"
-    if is_stub(predicted):
+    if base.is_stub(predicted):
         return not_attempted(name, "the prediction line")
     settings = dict(epoch=epoch, shuffle=shuffle, seed=seed, drop_last=drop_last)
     partition = data.sampler_partition(size, world_size, **settings)
@@ -361,37 +342,16 @@ def _what_is_wrong(
     )
 
 
-def check_easy(answer: object) -> Result:
-    """Check the EASY fault-finding answer: what each process iterates without the sampler."""
-    return choice(
-        "check_easy",
-        answer,
-        "b",
-        DATA,
-        "without the sampler every process iterates the whole data set.",
-        "the sampler= argument is the only thing that divides the data",
-    )
-
-
 # -- stage 4: synchronising the model ------------------------------------------------
+@graded
 def check_wrap(path: str | Path) -> Result:
     """Launch the learner's ``wrap(model, rank, device)`` and compare weights and gradients."""
-    name = "check_wrap"
     plan = devices.plan()
-    got, error, early = launch_file(name, path, probes.model_wrap, "wrap()")
-    if early is not None:
-        return early
-    if error is not None:
-        text = str(error)
-        if "device_ids" in text and "CPU modules" in text:
-            return failed(
-                name,
-                MODEL,
-                "DDP(model) for a model on the CPU",
-                "DDP refused device_ids for a CPU module",
-                "wrap: device_ids=[rank] only when device.type == 'cuda'",
-            )
-        return failed(name, MODEL, "wrap() to run", quote(error), "wrap: the line the error names")
+    name = "check_wrap"
+    got = launch_checked(
+        name, path, probes.model_wrap, "wrap()", stage=MODEL, expected="wrap() to run",
+        fix="wrap: the line the error names", explain=_cpu_device_ids,
+    )  # fmt: skip
     for report in got:
         want = str(plan.device(report["rank"]))
         if report["device"] != want:
@@ -426,3 +386,14 @@ def check_wrap(path: str | Path) -> Result:
         f"{plan.world_size} ranks with different starting weights ended "
         "with identical weights and identical gradients.",
     )
+
+
+def _cpu_device_ids(error: BaseException) -> Result | None:
+    """check_wrap's failure for DDP(model, device_ids=...) around a model on the CPU."""
+    if not ("device_ids" in str(error) and "CPU modules" in str(error)):
+        return None
+    return failed(
+        "check_wrap", MODEL, "DDP(model) for a model on the CPU",
+        "DDP refused device_ids for a CPU module",
+        "wrap: device_ids=[rank] only when device.type == 'cuda'",
+    )  # fmt: skip
