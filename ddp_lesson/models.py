@@ -58,3 +58,22 @@ def flat_gradients(model: nn.Module) -> torch.Tensor:
         for p in module.parameters()
     ]
     return torch.cat(parts)
+
+
+def buffer_sync(flag: bool) -> dict[str, bool]:
+    """DDP's option that copies rank 0's buffers at every forward, spelled as this torch spells it.
+
+    torch 2.13 renamed ``broadcast_buffers`` to ``forward_sync_buffers``; an
+    older torch (Colab's, for one) knows only the old name. Either way the
+    option does the same: ``DDP(model, **buffer_sync(False))``.
+
+    >>> list(buffer_sync(False).values())
+    [False]
+    """
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    known = inspect.signature(DistributedDataParallel.__init__).parameters
+    name = "forward_sync_buffers" if "forward_sync_buffers" in known else "broadcast_buffers"
+    return {name: bool(flag)}

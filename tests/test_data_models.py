@@ -64,3 +64,19 @@ def test_flat_parameters_and_gradients():
     assert models.flat_gradients(model).abs().sum() == 0  # no backward yet
     model(torch.rand(4, 64)).sum().backward()
     assert models.flat_gradients(model).abs().sum() > 0
+
+
+def test_buffer_sync_uses_the_name_this_torch_knows(monkeypatch):
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    current = inspect.signature(DistributedDataParallel.__init__).parameters
+    expected = "forward_sync_buffers" if "forward_sync_buffers" in current else "broadcast_buffers"
+    assert models.buffer_sync(True) == {expected: True}
+
+    def older(self, module, device_ids=None, broadcast_buffers=True):  # torch before 2.13
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(DistributedDataParallel, "__init__", older)
+    assert models.buffer_sync(False) == {"broadcast_buffers": False}
