@@ -97,8 +97,11 @@ def exchanging(folder: Path, names: list[str]) -> list[str]:
     return found
 
 
-def test_every_worker_that_exchanges_tensors_keeps_them_on_its_device(workers, no_leftovers):
+def test_every_worker_that_exchanges_tensors_keeps_them_on_its_device(
+    workers, no_leftovers, monkeypatch
+):
     folder, names = workers
+    monkeypatch.chdir(folder)  # what the workers save (checkpoints/...) stays in the test's folder
     chosen = exchanging(folder, names)
     assert len(chosen) >= 4, chosen  # stage_03, its bracket, 07's evaluation and log ...
     failures = {}

@@ -37,6 +37,9 @@ def test_healthy_launch_reports_every_rank_and_cleans_up():
     assert [r["total"] for r in run.reports] == [1.0, 1.0]  # 0 + 1 on both ranks
     assert len({r["pid"] for r in run.reports}) == 2
     assert run.started == 2
+    # a worker's own `from torch.distributed import destroy_process_group` gets the
+    # version that lets gloo's threads finish before the group can be freed
+    assert all(r["destroy_pauses"] for r in run.reports)
     assert not port_is_listening(run.port)
 
 

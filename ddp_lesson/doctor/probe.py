@@ -61,6 +61,7 @@ from torch.utils.data import DataLoader, RandomSampler
 from torch.utils.data import dataloader as _dataloader
 
 from .. import reports
+from ..launch import ranks
 from .read import COLLECTIVES
 from .record import ProcessRecord, Settings
 
@@ -774,6 +775,7 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
     if _state["installed"]:
         return
     _state["installed"] = True
+    ranks.pause_after_destroy()  # recorded below, then the pause (a torch deadlock at teardown)
     c10d = sys.modules["torch.distributed.distributed_c10d"]
     for name, patched in (
         ("init_process_group", _init_process_group),

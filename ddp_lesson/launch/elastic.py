@@ -328,7 +328,10 @@ def torchrun(
             nodes = []
             for node, own in enumerate(node_env):
                 extra = {**env, **own, **(handed if node == 0 else {})}
-                argv = [sys.executable, "-m", "ddp_lesson.launch.elastic", *flags, *tail]
+                # each worker runs `python -m ddp_lesson.launch.script_main script args`:
+                # the script as torchrun runs it, with the pause after destroy_process_group
+                worker = ["--module", "ddp_lesson.launch.script_main", *tail]
+                argv = [sys.executable, "-m", "ddp_lesson.launch.elastic", *flags, *worker]
                 nodes.append(
                     launch.command(
                         argv,

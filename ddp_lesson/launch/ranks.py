@@ -151,6 +151,11 @@ def enter(start: RankStart) -> None:
     """Set up this process as a rank of the launch described by ``start`` (see the module)."""
     import torch
 
+    # A rank forked from the warm server inherits the server's Python-level
+    # SIGTERM handler, which runs only between bytecodes: a rank blocked in
+    # C++ (waiting in init_process_group for a rank that died) would ignore
+    # the SIGTERM that stops it. A rank ends at once on SIGTERM, as usual.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # First, before anything that can block (opening the launch's pipes
     # waits for the launching process to open the other end).
     watch_launcher(start.launcher)
@@ -171,6 +176,7 @@ def enter(start: RankStart) -> None:
     reports.connect(start.folder)
     processes.become_subreaper()
     quick_exit()
+    pause_after_destroy()
 
 
 def watch_launcher(launcher: int) -> None:
@@ -208,6 +214,56 @@ def watch_launcher(launcher: int) -> None:
         die()
 
     threading.Thread(target=watch, name="ddp-lesson-launcher-watch", daemon=True).start()
+
+
+#: Seconds a rank lets go of Python's lock after ``destroy_process_group()``.
+DESTROY_PAUSE_S = 0.05
+
+
+def pause_after_destroy() -> None:
+    """Make ``destroy_process_group()`` let go of Python's lock briefly before it returns.
+
+    A torch deadlock at teardown, seen about once in a dozen launches of a
+    gloo worker that all-reduces its own tensors: a gloo thread frees the
+    last collective it ran, which needs Python's lock (its tensors have
+    Python objects); meanwhile the rank's main thread, holding that lock,
+    frees the DDP wrapper when ``main`` returns, and with it the process
+    group, whose destructor waits for that gloo thread. A pause after
+    ``destroy_process_group()`` lets the gloo thread finish first. Installed
+    before the worker's module is imported, so ``from torch.distributed
+    import destroy_process_group`` finds it.
+    """
+    import functools
+    import time
+
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    original = c10d.destroy_process_group
+    if getattr(original, "pauses", False):
+        return
+
+    @functools.wraps(original)
+    def destroy_process_group(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        finally:
+            time.sleep(DESTROY_PAUSE_S)  # sleeping lets go of Python's lock
+
+    destroy_process_group.pauses = True
+    c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
+
+
+def spawned_with_pause(*args, **kwargs):
+    """torch's entry for a process ``mp.spawn`` starts, after :func:`pause_after_destroy`.
+
+    :mod:`.script_main` puts it in place of ``torch.multiprocessing.spawn._wrap``
+    in a script's process, so the ranks the script spawns pause too.
+    """
+    from torch.multiprocessing import spawn
+
+    pause_after_destroy()
+    return spawn._wrap(*args, **kwargs)  # torch's own here: this process did not replace it
 
 
 def quick_exit() -> None:

@@ -35,7 +35,9 @@ def run_script(path: str | os.PathLike, *args: object, timeout_s: float = 180) -
         )
     try:
         with Supervisor(None, timeout_s) as launch:
-            script = launch.command([sys.executable, str(path), *map(str, args)])
+            # as `python path args`, with the pause after destroy_process_group (script_main)
+            argv = [sys.executable, "-m", "ddp_lesson.launch.script_main", str(path)]
+            script = launch.command([*argv, *map(str, args)])
             launch.wait([script])
     except errors.LaunchTimeout:
         raise errors.LaunchTimeout(
