@@ -249,10 +249,12 @@ def _failure(run: TorchrunRun, codes: list[int]) -> str:
     output = run.outputs[node]
     lines = [f"torchrun (node {node}) exited with code {codes[node]}"]
     cause = output.split("Root Cause (first observed failure):", 1)
+    signalled = False  # the first rank to fail was killed: it raised nothing
     if len(cause) == 2:
         for line in cause[1].splitlines():
             key, _, value = (part.strip() for part in line.partition(":"))
             if key in ("rank", "exitcode", "traceback") and value:
+                signalled = signalled or (key == "exitcode" and value.startswith("-"))
                 if not value.startswith("Traceback"):
                     lines.append(f"  {key}: " + _CHANGING.sub(r"\1N", value))
     errors = []
@@ -260,7 +262,9 @@ def _failure(run: TorchrunRun, codes: list[int]) -> str:
         message = re.sub(r"^\[rank\d+\]: ", "", _LOG_PREFIX.sub("", line).strip())
         if re.match(r"^[\w.]*(Error|Exception)\b", message) and "ChildFailedError" not in message:
             errors.append(message)
-    if errors:
+    # A rank that was killed raised nothing: another rank's error is only the
+    # consequence (its peer vanished), and whether it came in time is luck.
+    if errors and not signalled:
         said = re.sub(r"\]:\d+", "]", errors[-1])  # a port differs on every run
         said = said.split(". ", 1)[0]  # its first sentence: the rest is advice that varies
         lines.append(f"  the rank's error: {said[:200]}")
