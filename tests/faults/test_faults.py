@@ -305,7 +305,7 @@ def test_killed_kernel_takes_its_ranks_with_it(tmp_path, start, when):
             ranks = [
                 p
                 for p in psutil.Process(kernel.pid).children(recursive=True)
-                if p.ppid() != kernel.pid or not any(h in " ".join(p.cmdline()) for h in HELPERS)
+                if _is_rank(p, kernel.pid)
             ]
         assert len(ranks) == 2, "the ranks did not start"
         if when == "while-waiting":
@@ -317,6 +317,21 @@ def test_killed_kernel_takes_its_ranks_with_it(tmp_path, start, when):
     for proc in alive:
         proc.kill()
     assert not alive, f"ranks outlived their killed parent: {[p.pid for p in alive]}"
+
+
+def _is_rank(process: psutil.Process, kernel: int) -> bool:
+    """A rank: a live Python process that is not a helper the kernel started beside them.
+
+    A short-lived tool a rank runs (ldconfig, say) is not a rank either.
+    """
+    try:
+        if not process.name().startswith("python") or process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return process.ppid() != kernel or not any(
+            h in " ".join(process.cmdline()) for h in HELPERS
+        )
+    except psutil.Error:  # gone already, or a zombie
+        return False
 
 
 # 10: two notebooks launching at once: see

@@ -9,6 +9,7 @@ and reports what happened, with a ``TypedDict`` per probe.
 from __future__ import annotations
 
 import re
+import warnings
 from typing import TypedDict
 
 import torch
@@ -274,6 +275,9 @@ def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
     # a rank forked from the warm server starts processes the server's way
     # (forkserver); a script starts its loader's workers the platform's way
     multiprocessing.set_start_method(None, force=True)
+    # torch warns when loader workers outnumber this machine's cores (one
+    # core: any num_workers > 1); the check is about seeds, not machine size
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
     worker = load(path)
     group.join(rank, world_size, port)
     try:
