@@ -50,7 +50,7 @@ soak: $(TEST_STAMP)  ## 200 launches of the lesson's training worker in a row; a
 bench: $(LAB_STAMP)  ## DDP speed on this machine: a table per measurement and bench/results/bench.png
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
-# The vector instructions the saved outputs are made with, at most (as tests/conftest.py sets
+# The vector instructions the saved outputs are made with, at most (as conftest.py sets
 # for the compared runs): AVX-512 kernels round some last printed digits differently.
 SAME_DIGITS := ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 

@@ -19,15 +19,6 @@ ROOT = Path(__file__).resolve().parent.parent
 #: What may stay in the temporary folder: torch's own reusable compile cache.
 KEPT = ("torchinductor_",)
 
-#: The vector instructions every run here may use, at most. The committed
-#: outputs were made with AVX2 kernels (``make notebooks`` sets the same);
-#: on a CPU with AVX-512, torch, MKL and oneDNN would otherwise pick kernels
-#: that round some last printed digits differently. Set before any kernel,
-#: forkserver or rank starts, so all of them inherit it.
-SAME_DIGITS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-for _name, _value in SAME_DIGITS.items():
-    os.environ.setdefault(_name, _value)
-
 
 def pytest_configure(config):
     """Keep pytest's own tmp_path folders in one folder of this run, removed when it ends.

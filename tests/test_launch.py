@@ -122,6 +122,29 @@ def test_run_script_returns_output_and_bounds_time(tmp_path):
         launch.run_script(tmp_path / "missing.py")
 
 
+def test_a_script_and_the_ranks_it_spawns_run_as_python_runs_them_with_the_pause(tmp_path):
+    # run_script starts the script through launch/script_main.py: it must see what
+    # `python FILE ARGS` gives, and its mp.spawn ranks must get the teardown pause too
+    script = tmp_path / "spawning.py"
+    script.write_text(
+        "import sys\n"
+        "import torch.multiprocessing as mp\n"
+        "from torch.distributed import destroy_process_group\n\n\n"
+        "def main(rank):\n"
+        "    from torch.distributed import destroy_process_group as imported\n"
+        "    print(f'rank {rank} pauses', getattr(imported, 'pauses', False), flush=True)\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    print('name', __name__, 'argv', sys.argv[1:], 'first', sys.path[0] == "
+        f"{str(tmp_path)!r})\n"
+        "    print('script pauses', getattr(destroy_process_group, 'pauses', False), flush=True)\n"
+        "    mp.spawn(main, nprocs=2)\n"
+    )
+    said = launch.run_script(script, "--epochs", "2", timeout_s=120)
+    assert "name __main__ argv ['--epochs', '2'] first True" in said
+    assert "script pauses True" in said
+    assert "rank 0 pauses True" in said and "rank 1 pauses True" in said
+
+
 def test_warm_start_runs_the_same_ranks_with_the_launchs_environment(capfd):
     with launch.bounded(2, timeout_s=60, threads_per_rank=2) as run:
         launch.start(healthy.main, args=(2, run.port), nprocs=2)

@@ -260,10 +260,11 @@ def spawned_with_pause(*args, **kwargs):
     :mod:`.script_main` puts it in place of ``torch.multiprocessing.spawn._wrap``
     in a script's process, so the ranks the script spawns pause too.
     """
-    from torch.multiprocessing import spawn
+    import torch.multiprocessing  # noqa: F401
 
     pause_after_destroy()
-    return spawn._wrap(*args, **kwargs)  # torch's own here: this process did not replace it
+    spawning = sys.modules["torch.multiprocessing.spawn"]  # the module, not the function
+    return spawning._wrap(*args, **kwargs)  # torch's own here: this process did not replace it
 
 
 def quick_exit() -> None:

@@ -17,12 +17,13 @@ import sys
 
 
 def main() -> None:
-    import torch.multiprocessing.spawn as spawn
+    import torch.multiprocessing  # noqa: F401  (torch.multiprocessing.spawn names a function)
 
     from ddp_lesson.launch import ranks
 
     ranks.pause_after_destroy()
-    spawn._wrap = ranks.spawned_with_pause  # what mp.spawn's processes run first
+    spawning = sys.modules["torch.multiprocessing.spawn"]
+    spawning._wrap = ranks.spawned_with_pause  # what mp.spawn's processes run first
     script, *args = sys.argv[1:]
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
