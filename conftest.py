@@ -1,10 +1,20 @@
 """What every pytest run of this repository sets first, whatever it collects.
 
 It sits at the top so that it also applies when a single notebook is run
-(``pytest notebooks/07_mistakes.ipynb``); tests/conftest.py holds the rest.
+(``pytest notebooks/07_mistakes.ipynb``), to the exercise notebooks (which
+``make test`` runs on their own) and to every pytest-xdist worker, whichever
+files it is given; tests/conftest.py holds the tests' own helpers.
 """
 
+import multiprocessing
+import multiprocessing.util
 import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
 
 #: The vector instructions every run of the tests may use, at most. The committed
 #: outputs were made with AVX2 kernels (``make notebooks`` sets the same);
@@ -14,3 +24,93 @@ import os
 SAME_DIGITS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 for _name, _value in SAME_DIGITS.items():
     os.environ.setdefault(_name, _value)
+
+#: What may stay in the temporary folder: torch's own reusable compile cache.
+KEPT = ("torchinductor_",)
+
+
+def pytest_configure(config):
+    """Keep pytest's own tmp_path folders in one folder of this run, removed when it ends.
+
+    By default pytest keeps the last three runs' folders in the temporary
+    folder; the course promises to leave that folder as it found it.
+    """
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="ddp-lesson-pytest-")
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+def pytest_unconfigure(config):
+    own = config.stash.get(_OWN_BASETEMP, None)
+    if own:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+_OWN_BASETEMP = pytest.StashKey[str]()
+
+
+def litter(folder: Path) -> list[str]:
+    """What is left in ``folder`` but torch's compile cache."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith(KEPT))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def clean_temporary_folder(tmp_path_factory):
+    """Run the whole session, kernels and ranks included, in an empty temporary folder.
+
+    The session also measures with the benchmark's quick settings.
+
+    At the end nothing may be left in it but torch's compile cache: no
+    error files of ranks that raised, no launch folders, no forkserver
+    folders of kernels that have gone.
+    """
+    # This process's own folders stay where they were: its multiprocessing
+    # folder (removed when it exits) and pytest's own (tmp_path, removed at
+    # the end of the run by pytest_unconfigure).
+    multiprocessing.util.get_temp_dir()
+    tmp_path_factory.getbasetemp()
+    folder = Path(tempfile.mkdtemp(prefix="ddp-lesson-tests-"))
+    # the benchmark's quick settings: 10_performance's measuring cells only
+    # show that their code runs (their saved outputs come from a full run)
+    settings = {"TMPDIR": str(folder), "DDP_LESSON_BENCH_QUICK": "1"}
+    saved = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    tempfile.tempdir = None  # this process too
+    yield folder
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    tempfile.tempdir = None
+    # nbval stops each notebook's kernel outright (shutdown_kernel(now=True)),
+    # as a learner's killed kernel is stopped; the folder its warm server
+    # used is then removed by the next launch, whoever starts it. Do here
+    # what that launch would do, once the kernel is gone.
+    from ddp_lesson.launch import supervisor
+
+    deadline = time.monotonic() + 10
+    while True:
+        supervisor.remove_stale_folders(folder)
+        left = litter(folder)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if not left:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert not left, f"the tests left these in the temporary folder {folder}: {left}"
+
+
+EXERCISES = Path(__file__).resolve().parent / "exercises"
+
+
+def pytest_collectstart(collector):
+    """Run the exercise notebooks top to bottom without comparing their outputs.
+
+    They are the lessons with their answers cut out: what a learner sees in
+    them depends on what the learner writes, so there is nothing to compare
+    (as ``--nbval-lax`` does, for their files only). The lessons and
+    solutions in the same run are still compared cell by cell.
+    """
+    if collector.path.suffix == ".ipynb" and EXERCISES in collector.path.parents:
+        collector.compare_outputs = False

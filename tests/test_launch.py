@@ -130,19 +130,26 @@ def test_a_script_and_the_ranks_it_spawns_run_as_python_runs_them_with_the_pause
         "import sys\n"
         "import torch.multiprocessing as mp\n"
         "from torch.distributed import destroy_process_group\n\n\n"
-        "def main(rank):\n"
-        "    from torch.distributed import destroy_process_group as imported\n"
-        "    print(f'rank {rank} pauses', getattr(imported, 'pauses', False), flush=True)\n\n\n"
+        "def main(rank):\n"  # the name bound when the rank imported this file, as __mp_main__
+        "    print(f'rank {rank} pauses', getattr(destroy_process_group, 'pauses', False),"
+        " flush=True)\n\n\n"
         "if __name__ == '__main__':\n"
         "    print('name', __name__, 'argv', sys.argv[1:], 'first', sys.path[0] == "
         f"{str(tmp_path)!r})\n"
         "    print('script pauses', getattr(destroy_process_group, 'pauses', False), flush=True)\n"
         "    mp.spawn(main, nprocs=2)\n"
     )
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     said = launch.run_script(script, "--epochs", "2", timeout_s=120)
     assert "name __main__ argv ['--epochs', '2'] first True" in said
     assert "script pauses True" in said
     assert "rank 0 pauses True" in said and "rank 1 pauses True" in said
+    # the script's own resource tracker, adopted here when the script ended, was
+    # waited for and collected: neither a process nor a zombie stays behind
+    from ddp_lesson.launch import processes
+
+    kids = psutil.Process().children(recursive=True)
+    assert [p.pid for p in kids if p.pid not in before and not processes.is_helper(p)] == []
 
 
 def test_warm_start_runs_the_same_ranks_with_the_launchs_environment(capfd):

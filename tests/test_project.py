@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,29 @@ def test_make_installs_each_layer_once(tmp_path):
     stamp(tmp_path / "pyproject.toml", 50)  # a changed dependency list: both layers again
     plan = make("install-test").stdout
     assert "tools/install_torch.py" in plan and "test-requirements.txt" in plan
+
+
+#: A plugin that prints, for each notebook collected, whether nbval compares its outputs.
+SPY = '''
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_collectstart(collector):
+    if collector.path.suffix == ".ipynb":
+        print("COMPARES", collector.path.parent.name, collector.compare_outputs)
+'''
+
+
+def test_one_run_compares_lessons_and_solutions_but_not_exercises(tmp_path):
+    # make test is one pytest run (on several workers): the exercise notebooks are
+    # in it, executed but not compared, while the lessons and solutions are compared
+    (tmp_path / "compare_spy.py").write_text(SPY)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    notebooks = [f"{folder}/04_sampler.ipynb" for folder in ("notebooks", "solutions", "exercises")]
+    said = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-s", "-p", "compare_spy",
+         *notebooks],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    ).stdout
+    assert "COMPARES notebooks True" in said and "COMPARES solutions True" in said, said
+    assert "COMPARES exercises False" in said, said

@@ -142,16 +142,21 @@ def become_subreaper() -> None:
 
 
 def is_helper(proc: psutil.Process) -> bool:
-    """True for multiprocessing's resource tracker and forkserver: they live as long as we do."""
-    from multiprocessing import forkserver
+    """True for this process's own multiprocessing helpers (resource tracker, forkserver).
 
-    # by pid: the ranks forked from the server carry its command line too
-    if proc.pid == getattr(forkserver._forkserver, "_forkserver_pid", None):
-        return True
-    try:
-        return "resource_tracker" in " ".join(proc.cmdline())
-    except psutil.Error:
-        return False
+    They live as long as this process does. Known by pid, not by command line:
+    the ranks forked from the server carry its command line, and a resource
+    tracker that belonged to a script a launch ran, adopted here when the
+    script ended, is that launch's to wait for (it may still be exiting, its
+    command line already gone, when the launch ends).
+    """
+    from multiprocessing import forkserver, resource_tracker
+
+    ours = {
+        getattr(forkserver._forkserver, "_forkserver_pid", None),
+        getattr(resource_tracker._resource_tracker, "_pid", None),
+    }
+    return proc.pid in ours
 
 
 def descendants() -> list[psutil.Process]:
@@ -173,8 +178,13 @@ def _signal(procs: Iterable[psutil.Process], how: int) -> None:
             proc.send_signal(how)
 
 
-def _reap(procs: Iterable[psutil.Process]) -> None:
-    """Collect the exit status of those that were this process's children (no zombies)."""
+def reap(procs: Iterable[psutil.Process]) -> None:
+    """Collect the exit status of those that are this process's children (no zombies).
+
+    Only for processes nobody else waits for: orphans this process adopted.
+    A child started with ``subprocess`` or ``multiprocessing`` is waited for
+    by its own object, which would lose its exit code if it were reaped here.
+    """
     with contextlib.suppress(psutil.Error, ChildProcessError):
         psutil.wait_procs(list(procs), timeout=0)
 
@@ -205,7 +215,7 @@ def stop_tree(
             seen[proc.pid] = proc
         forced = time.monotonic() >= deadline
         _signal(current if forced else fresh, signal.SIGKILL if forced else signal.SIGTERM)
-        _reap(seen.values())
+        reap(seen.values())
         if not current:
             return len(seen)
         if forced and time.monotonic() >= deadline + 5 * grace_s:

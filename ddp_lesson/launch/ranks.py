@@ -24,6 +24,7 @@ Then :func:`entry` imports the function by module and name, as
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 import signal
@@ -254,17 +255,36 @@ def pause_after_destroy() -> None:
     c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
 
 
-def spawned_with_pause(*args, **kwargs):
-    """torch's entry for a process ``mp.spawn`` starts, after :func:`pause_after_destroy`.
+#: What a process that a script's ``mp.spawn`` starts runs first (see :func:`spawn_with_pause`).
+PAUSE_FIRST = "from ddp_lesson.launch.ranks import pause_after_destroy; pause_after_destroy(); "
 
-    :mod:`.script_main` puts it in place of ``torch.multiprocessing.spawn._wrap``
-    in a script's process, so the ranks the script spawns pause too.
+
+def spawn_with_pause() -> None:
+    """Make every process this one starts by the ``spawn`` method install the pause first.
+
+    A spawned process imports its parent's main module (a learner's script,
+    as ``__mp_main__``) before it runs what it was sent, so a script whose
+    top line is ``from torch.distributed import destroy_process_group``
+    binds that name then. The pause must be in place before that import: it
+    goes at the front of the command line multiprocessing starts the
+    process with (``python -c "...; spawn_main(...)"``).
     """
-    import torch.multiprocessing  # noqa: F401
+    from multiprocessing import spawn
 
-    pause_after_destroy()
-    spawning = sys.modules["torch.multiprocessing.spawn"]  # the module, not the function
-    return spawning._wrap(*args, **kwargs)  # torch's own here: this process did not replace it
+    original = spawn.get_command_line
+    if getattr(original, "pauses", False):
+        return
+
+    @functools.wraps(original)
+    def get_command_line(**kwds):
+        line = original(**kwds)
+        if "-c" in line[:-1]:
+            program = line.index("-c") + 1
+            line[program] = PAUSE_FIRST + line[program]
+        return line
+
+    get_command_line.pauses = True
+    spawn.get_command_line = get_command_line
 
 
 def quick_exit() -> None:

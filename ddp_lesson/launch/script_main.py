@@ -17,13 +17,10 @@ import sys
 
 
 def main() -> None:
-    import torch.multiprocessing  # noqa: F401  (torch.multiprocessing.spawn names a function)
-
     from ddp_lesson.launch import ranks
 
     ranks.pause_after_destroy()
-    spawning = sys.modules["torch.multiprocessing.spawn"]
-    spawning._wrap = ranks.spawned_with_pause  # what mp.spawn's processes run first
+    ranks.spawn_with_pause()  # in the processes its mp.spawn starts, before they import FILE
     script, *args = sys.argv[1:]
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))

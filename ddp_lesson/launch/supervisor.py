@@ -597,6 +597,10 @@ class Supervisor:
         self._done.set()
         self._watcher.join()
         self._stop()  # whatever is left: the ranks' own children included
+        # Orphans adopted during the launch (a script's resource tracker) that had
+        # already ended before the stop are this process's zombies: collect them.
+        started_here = set(self._rank_pids.values()) | {c.process.pid for c in self.commands}
+        processes.reap(p for p in self._seen.values() if p.pid not in started_here)
         for context in self._contexts:
             self._settle(context)
         with self._lock:
