@@ -1,9 +1,9 @@
 """What every pytest run of this repository sets first, whatever it collects.
 
 It sits at the top so that it also applies when a single notebook is run
-(``pytest notebooks/07_mistakes.ipynb``), to the exercise notebooks (which
-``make test`` runs on their own) and to every pytest-xdist worker, whichever
-files it is given; tests/conftest.py holds the tests' own helpers.
+(``pytest notebooks/07_mistakes.ipynb``), to the exercise notebooks and to
+every pytest-xdist worker, whichever files it is given; tests/conftest.py
+holds the tests' own helpers.
 """
 
 import multiprocessing
