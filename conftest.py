@@ -30,23 +30,49 @@ KEPT = ("torchinductor_",)
 
 
 def pytest_configure(config):
-    """Keep pytest's own tmp_path folders in one folder of this run, removed when it ends.
+    """Give the run its own empty temporary folder and the benchmark's quick settings.
 
-    By default pytest keeps the last three runs' folders in the temporary
-    folder; the course promises to leave that folder as it found it.
+    Set here, before anything is collected, so that every notebook's kernel
+    (nbval starts one per notebook, whatever ran before it on this worker),
+    its warm server and its ranks inherit them. pytest's own tmp_path folders
+    go in one folder of this run, removed when it ends: by default pytest
+    keeps the last three runs' folders in the temporary folder, and the
+    course promises to leave that folder as it found it.
     """
     if config.option.basetemp is None:
         config.option.basetemp = tempfile.mkdtemp(prefix="ddp-lesson-pytest-")
         config.stash[_OWN_BASETEMP] = config.option.basetemp
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # pytest-xdist's controller: its workers set up their own
+    # This process's multiprocessing folder stays where it was (removed when
+    # it exits); everything started from here on uses the run's folder.
+    multiprocessing.util.get_temp_dir()
+    folder = Path(tempfile.mkdtemp(prefix="ddp-lesson-tests-"))
+    # the benchmark's quick settings: 10_performance's measuring cells only
+    # show that their code runs (their saved outputs come from a full run)
+    settings = {"TMPDIR": str(folder), "DDP_LESSON_BENCH_QUICK": "1"}
+    config.stash[_SAVED_ENV] = {key: os.environ.get(key) for key in settings}
+    config.stash[_RUN_FOLDER] = folder
+    os.environ.update(settings)
+    tempfile.tempdir = None  # this process too
 
 
 def pytest_unconfigure(config):
-    own = config.stash.get(_OWN_BASETEMP, None)
-    if own:
-        shutil.rmtree(own, ignore_errors=True)
+    saved = config.stash.get(_SAVED_ENV, {})
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    tempfile.tempdir = None
+    for own in (config.stash.get(_OWN_BASETEMP, None), config.stash.get(_RUN_FOLDER, None)):
+        if own:
+            shutil.rmtree(own, ignore_errors=True)
 
 
 _OWN_BASETEMP = pytest.StashKey[str]()
+_SAVED_ENV = pytest.StashKey[dict]()
+_RUN_FOLDER = pytest.StashKey[Path]()
 
 
 def litter(folder: Path) -> list[str]:
@@ -55,34 +81,18 @@ def litter(folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def clean_temporary_folder(tmp_path_factory):
-    """Run the whole session, kernels and ranks included, in an empty temporary folder.
+def clean_temporary_folder(pytestconfig):
+    """At the end of the session nothing may be left in the run's temporary folder.
 
-    The session also measures with the benchmark's quick settings.
-
-    At the end nothing may be left in it but torch's compile cache: no
-    error files of ranks that raised, no launch folders, no forkserver
-    folders of kernels that have gone.
+    Nothing but torch's compile cache: no error files of ranks that raised,
+    no launch folders, no forkserver folders of kernels that have gone.
+    (The check is made where a test function ran; pytest_unconfigure
+    removes the folder in every case.)
     """
-    # This process's own folders stay where they were: its multiprocessing
-    # folder (removed when it exits) and pytest's own (tmp_path, removed at
-    # the end of the run by pytest_unconfigure).
-    multiprocessing.util.get_temp_dir()
-    tmp_path_factory.getbasetemp()
-    folder = Path(tempfile.mkdtemp(prefix="ddp-lesson-tests-"))
-    # the benchmark's quick settings: 10_performance's measuring cells only
-    # show that their code runs (their saved outputs come from a full run)
-    settings = {"TMPDIR": str(folder), "DDP_LESSON_BENCH_QUICK": "1"}
-    saved = {key: os.environ.get(key) for key in settings}
-    os.environ.update(settings)
-    tempfile.tempdir = None  # this process too
+    folder = pytestconfig.stash.get(_RUN_FOLDER, None)
     yield folder
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    tempfile.tempdir = None
+    if folder is None:
+        return
     # nbval stops each notebook's kernel outright (shutdown_kernel(now=True)),
     # as a learner's killed kernel is stopped; the folder its warm server
     # used is then removed by the next launch, whoever starts it. Do here
@@ -96,8 +106,6 @@ def clean_temporary_folder(tmp_path_factory):
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    if not left:
-        shutil.rmtree(folder, ignore_errors=True)
     assert not left, f"the tests left these in the temporary folder {folder}: {left}"
 
 

@@ -132,7 +132,7 @@ def test_a_failing_launch_still_leaves_nothing_running(no_leftovers):
     setup = bench.Setup("DDP world 2", 2, 1)
     with pytest.raises(launch.LaunchTimeout):
         # windows far longer than the deadline: stopped, not hung
-        bench.training([setup], [bench.Trial(4096)], window_s=1000, timeout_s=8)
+        bench.training([setup], [bench.Trial(4096)], window_s=1000, timeout_s=5)
 
 
 def test_scaling_compares_world_n_with_world_one_and_with_ranks_alone(no_leftovers):

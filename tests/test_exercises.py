@@ -577,3 +577,59 @@ def test_check_allreduce_prediction():
         assert fragment in str(result), str(result)
         assert " ms" not in str(result), "the first wrong tries do not show the timings"
     assert checks.check_allreduce_prediction(...).status == checks.NOT_ATTEMPTED
+
+
+# -- an untouched exercise file is "not attempted" at once ---------------------------
+#: Every check an exercise notebook calls on a file it writes: (notebook, file, check).
+FILE_CHECKS = sorted(
+    (notebook.name, target, check)
+    for notebook in (ROOT / "exercises").glob("[0-9][0-9]_*.ipynb")
+    for cell in json.loads(notebook.read_text())["cells"]
+    for check, target in re.findall(
+        r"checks\.(check_\w+)\(\"workers/(\w+\.py)\"\)", "".join(cell["source"])
+    )
+)
+
+
+def test_the_exercise_notebooks_check_files():
+    assert len(FILE_CHECKS) >= 9, FILE_CHECKS
+
+
+#: Exercise files with a stub inside code that is given (04's loop over epochs): they
+#: could run something, so they are launched, and the raise is met in the ranks.
+GIVEN_CODE_AROUND_A_STUB = {"exercise_04.py"}
+
+
+@pytest.mark.parametrize(("notebook", "target", "check"), FILE_CHECKS)
+def test_an_untouched_exercise_file_is_not_attempted_without_a_launch(
+    notebook, target, check, tmp_path, monkeypatch
+):
+    calls = []
+    real = base.launch_probe
+    monkeypatch.setattr(base, "launch_probe", lambda *a: calls.append(a) or real(*a))
+    result = getattr(checks, check)(stubbed(notebook, target, tmp_path))
+    assert result.status == checks.NOT_ATTEMPTED, str(result)
+    assert "replace the stub" in result.note, result.note
+    assert bool(calls) == (target in GIVEN_CODE_AROUND_A_STUB), calls
+
+
+def test_a_stub_with_a_line_written_is_launched_and_still_not_attempted(tmp_path, monkeypatch):
+    # a learner's first line above the stub's raise: the file runs, and the raise
+    # it still reaches says "not attempted" from inside the ranks
+    path = stubbed("05_ddp_wrap.ipynb", "exercise_05.py", tmp_path)
+    text = path.read_text()
+    assert text.count("    # YOUR CODE HERE\n") == 1, text
+    path.write_text(text.replace("    # YOUR CODE HERE\n", "    model = model.to(device)\n"))
+    calls = []
+    real = base.launch_probe
+    monkeypatch.setattr(base, "launch_probe", lambda *a: calls.append(a) or real(*a))
+    result = checks.check_wrap(path)
+    assert calls and result.status == checks.NOT_ATTEMPTED, str(result)
+
+
+def test_one_of_two_functions_written_is_launched(tmp_path, monkeypatch):
+    stub = "def {}(rank):\n    'Doc.'\n    raise NotImplementedError('your code here')\n"
+    written_one = stub.format("make_loader") + "def epoch_orders(rank):\n    return [rank]\n"
+    assert base.untouched(stub.format("make_loader") + stub.format("epoch_orders"),
+                          "make_loader() and epoch_orders()")
+    assert not base.untouched(written_one, "make_loader() and epoch_orders()")

@@ -247,7 +247,9 @@ def test_one_run_compares_lessons_and_solutions_but_not_exercises(tmp_path):
     # make test is one pytest run (on several workers): the exercise notebooks are
     # in it, executed but not compared, while the lessons and solutions are compared
     (tmp_path / "compare_spy.py").write_text(SPY)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("PYTEST_ADDOPTS", None)  # options given to the outer run are not this one's
     notebooks = [f"{folder}/04_sampler.ipynb" for folder in ("notebooks", "solutions", "exercises")]
     said = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-s", "-p", "compare_spy",

@@ -9,7 +9,9 @@ any error it raises becomes part of the message.
 
 from __future__ import annotations
 
+import ast
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +151,55 @@ def multiple_choice(
     return answer_check
 
 
+def untouched(source: str, stubbed: str) -> bool:
+    r"""True when every function ``stubbed`` names is still only ``raise NotImplementedError``.
+
+    Such a file can only raise ``NotImplementedError`` in its ranks (what a
+    launch of it would find, a few seconds later), so a check says "not
+    attempted" at once. One function written, or a name bound again later
+    in the file, and the file is launched as usual.
+
+    >>> stub = "def wrap(model):\n    'Doc.'\n    raise NotImplementedError('your code here')\n"
+    >>> untouched(stub, "wrap()"), untouched(stub + "wrap = len\n", "wrap()")
+    (True, False)
+    >>> untouched(stub + "def main():\n    return 1\n", "wrap() and main()")
+    False
+    >>> untouched("def wrap(:", "wrap()")  # a syntax error is for the launch to report
+    False
+    """
+    names = re.findall(r"(\w+)\(\)", stubbed)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    last: dict[str, ast.stmt] = {}
+    for node in tree.body:  # the binding each name has when the file has run
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            last[node.name] = node
+        else:
+            for bound in ast.walk(node):  # (an if, a try, a with: whatever it binds)
+                if isinstance(bound, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    last[bound.name] = bound
+                elif isinstance(bound, ast.Name) and isinstance(bound.ctx, ast.Store):
+                    last[bound.id] = node
+                elif isinstance(bound, ast.alias):
+                    last[(bound.asname or bound.name).split(".")[0]] = node
+    return bool(names) and all(_only_raises(last.get(name)) for name in names)
+
+
+def _only_raises(node: ast.stmt | None) -> bool:
+    """True for a function whose body, its docstring aside, is one ``raise NotImplementedError``."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
+        return False
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    raised = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
+
+
 def launch_file(check: str, path: str | Path, probe: Callable, stubbed: str, *args: object):
     """Launch ``probe`` around the learner's file; a Result if there is nothing to check yet.
 
@@ -158,6 +209,8 @@ def launch_file(check: str, path: str | Path, probe: Callable, stubbed: str, *ar
     worker = worker_path(path)
     if worker is None:
         return None, None, missing_file(check, path)
+    if untouched(Path(worker).read_text(errors="replace"), stubbed):
+        return None, None, not_attempted(check, stubbed)  # nothing of the learner's to run yet
     got, error = launch_probe(devices.plan().world_size, probe, worker, *args)
     if error is not None and "NotImplementedError" in str(error):
         return None, None, not_attempted(check, stubbed)
