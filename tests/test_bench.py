@@ -5,6 +5,8 @@ noisy. They check that the numbers come from real launches, have the
 structure the tables and pictures need, and are consistent with each other.
 """
 
+import sys
+
 import pytest
 import torch
 
@@ -166,3 +168,18 @@ def test_stage_launches_run_each_lesson_stage_as_its_notebook_does(no_leftovers)
     rows = bench.stage_launches(["03", "05"], repeats=1)
     assert [r["stage"] for r in rows] == ["03", "05"]
     assert all(0 < r["min"] <= r["median"] <= r["max"] for r in rows)
+
+
+def test_stage_launches_set_aside_a_workers_package_imported_before(tmp_path, monkeypatch):
+    # a kernel that imported its own `workers` package (as the notebooks' folder has)
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "workers" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import workers
+
+    try:
+        rows = bench.stage_launches(["02"], repeats=1)
+        assert [r["stage"] for r in rows] == ["02"]
+        assert sys.modules["workers"] is workers  # put back as it was
+    finally:
+        del sys.modules["workers"]

@@ -8,6 +8,7 @@ must leave nothing running (``no_leftovers``).
 from __future__ import annotations
 
 import socket
+import sys
 import time
 
 import pytest
@@ -36,7 +37,9 @@ def workers(tmp_path, monkeypatch):
     (folder / "stage_09.slurm").write_text(slurm["workers/stage_09.slurm"])
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))  # mp.spawn's ranks import workers.stage_09
-    return folder
+    yield folder
+    for name in [m for m in sys.modules if m.split(".")[0] == "workers"]:
+        del sys.modules[name]  # this test's package must not shadow a later test's
 
 
 def expected_shard(rank: int, world_size: int, epoch: int) -> list[int]:
@@ -248,3 +251,38 @@ def test_the_shards_picture_marks_padding_on_every_rank_that_got_it():
     assert [len(c.get_segments()) for c in red] == [1, 1]
     with pytest.raises(ValueError, match="lack them"):
         plots.shards_picture([{"rank": 0}], 5)
+
+
+def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(tmp_path):
+    # torchrun's workers are forked from its agent's warm server (torch imported once)
+    # and must still see what `python -u FILE ARGS` gives a fresh worker
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "warm = 'torch' in sys.modules  # imported before this file ran: forked warm\n"
+        "import torch\n"
+        "from torch.distributed import destroy_process_group\n\n"
+        "if __name__ == '__main__':\n"
+        "    rank = os.environ['RANK']\n"
+        "    print(f'rank {rank} argv', sys.argv[1:], 'first', sys.path[0] == "
+        f"{str(tmp_path)!r}, 'file', __file__ == {str(script)!r})\n"
+        "    print(f'rank {rank} warm', warm, 'threads', torch.get_num_threads(),"
+        " 'pauses', getattr(destroy_process_group, 'pauses', False))\n"
+        f"    said = {str(tmp_path / 'rank0-said')!r}\n"
+        "    if rank == '0':\n"
+        "        open(said, 'w').close()\n"
+        "    else:  # once rank 0 has printed: torchrun stops the other ranks when one dies\n"
+        "        while not os.path.exists(said):\n"
+        "            time.sleep(0.05)\n"
+        "        print('rank 1 says this before it dies')  # no flush: unbuffered, as -u\n"
+        "        os.kill(os.getpid(), 9)\n"
+        "    time.sleep(30)  # rank 0 waits to be stopped\n"
+    )
+    with pytest.raises(launch.LaunchError) as raised:
+        elastic.torchrun(script, "--flag", "2", nproc_per_node=2, timeout_s=120)
+    said = raised.value.output
+    for rank in (0, 1):
+        assert f"rank {rank} argv ['--flag', '2'] first True file True" in said, said
+        assert f"rank {rank} warm True threads 1 pauses True" in said, said
+    assert "rank 1 says this before it dies" in said, said
+    assert "exitcode: -9" in str(raised.value) and "rank: 1" in str(raised.value)

@@ -519,6 +519,9 @@ def stage_launches(
     (folder / "workers" / "__init__.py").write_text("")
     for stage in stages:
         (folder / "workers" / f"stage_{stage}.py").write_text(sources.worker_source(stage))
+    # a `workers` package imported before (the notebook's own folder, say) would
+    # shadow this folder's: set it aside while measuring, and put it back after
+    aside = {m: sys.modules.pop(m) for m in list(sys.modules) if m.split(".")[0] == "workers"}
     sys.path.insert(0, str(folder))
     rows = []
     try:
@@ -536,8 +539,9 @@ def stage_launches(
             rows.append({"stage": stage, **summarise(seconds)})
     finally:
         sys.path.remove(str(folder))
-        for name in [m for m in sys.modules if m == "workers" or m.startswith("workers.")]:
+        for name in [m for m in sys.modules if m.split(".")[0] == "workers"]:
             del sys.modules[name]
+        sys.modules.update(aside)
         shutil.rmtree(folder, ignore_errors=True)
     return rows
 

@@ -46,6 +46,10 @@ LOOPBACK = "127.0.0.1"
 #: A listening socket handed to the first simulated node for the rendezvous store, and its port.
 RDZV_FD_ENV, RDZV_PORT_ENV = "DDP_LESSON_RDZV_FD", "DDP_LESSON_RDZV_PORT"
 
+#: The program of torchrun's agent: ``python -m ddp_lesson.launch.elastic`` from ``-c``, so
+#: that the processes forked from its warm server have no main module to import again.
+AGENT = "from ddp_lesson.launch.elastic import main; main()"
+
 #: Bytes of each torchrun invocation's output kept, head and tail (its log is long).
 OUTPUT_KEPT_BYTES = 256 * 1024
 
@@ -138,12 +142,27 @@ def fresh_worker_store_per_round() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m ddp_lesson.launch.elastic ARGS``: torchrun ARGS, loopback stores, restartable."""
+    """``python -m ddp_lesson.launch.elastic ARGS``: torchrun ARGS, loopback stores, restartable.
+
+    With ``--run-path --start-method=forkserver`` (what :func:`torchrun`
+    passes), torchrun runs each worker as a function in a process forked
+    from a warm server, which this process starts at once, while torchrun
+    sets up its rendezvous: ``script_main.torchrun_worker``, which runs the
+    file as ``python -u FILE ARGS`` would. A worker then starts in a
+    fraction of a second instead of importing torch again.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
     loopback_only()
     fresh_worker_store_per_round()
-    from torch.distributed.run import main as torchrun_main
+    import torch.distributed.run as torchrun_module
 
-    torchrun_main(list(sys.argv[1:] if argv is None else argv))
+    if "--run-path" in argv:
+        from .script_main import torchrun_worker
+        from .supervisor import start_warm_server
+
+        torchrun_module.run_script_path = torchrun_worker  # what --run-path runs
+        start_warm_server()
+    torchrun_module.main(argv)
 
 
 @dataclass
@@ -332,10 +351,10 @@ def torchrun(
             nodes = []
             for node, own in enumerate(node_env):
                 extra = {**env, **own, **(handed if node == 0 else {})}
-                # each worker runs `python -m ddp_lesson.launch.script_main script args`:
-                # the script as torchrun runs it, with the pause after destroy_process_group
-                worker = ["--module", "ddp_lesson.launch.script_main", *tail]
-                argv = [sys.executable, "-m", "ddp_lesson.launch.elastic", *flags, *worker]
+                # each worker runs the script as `python -u script args` would, with the
+                # pause after destroy_process_group, in a process forked from a warm server
+                worker = ["--run-path", "--start-method=forkserver", *tail]
+                argv = [sys.executable, "-c", AGENT, *flags, *worker]
                 nodes.append(
                     launch.command(
                         argv,

@@ -139,6 +139,29 @@ def _unguarded_line() -> int | None:
     return line
 
 
+def start_warm_server() -> None:
+    """Start this process's warm server, if it has none: the forkserver that preloads ``warm``.
+
+    Its ranks are forked from it (see :mod:`.warm`). Used by a launch's first
+    warm start, and by torchrun's agent for its workers (:mod:`.elastic`).
+    """
+    from multiprocessing import forkserver, util
+
+    forkserver.set_forkserver_preload(["ddp_lesson.launch.warm"])
+    # The server's socket lies in this process's pymp-* folder, which a
+    # kernel shut down by Jupyter never removes. A server started now is
+    # told the folder and removes it when it ends (with this process); the
+    # mark lets a later launch remove it if both were killed outright.
+    folder = Path(util.get_temp_dir())
+    folder.mkdir(mode=0o700, exist_ok=True)  # (gone if the server was stopped by hand)
+    (folder / f"{SERVER_MARK}{os.getpid()}").touch()  # for when this process is killed
+    os.environ[processes.SERVER_FOLDER_VARIABLE] = str(folder)
+    try:
+        forkserver.ensure_running()
+    finally:
+        del os.environ[processes.SERVER_FOLDER_VARIABLE]
+
+
 def remove_stale_folders(root: str | os.PathLike | None = None) -> list[str]:
     """Remove the folders of launches whose process is gone (a killed kernel's, say).
 
@@ -420,22 +443,8 @@ class Supervisor:
                 os.unlink(path)
 
     def _ensure_server(self) -> None:
-        from multiprocessing import forkserver, util
-
-        forkserver.set_forkserver_preload(["ddp_lesson.launch.warm"])
-        # The server's socket lies in this process's pymp-* folder, which a
-        # kernel shut down by Jupyter never removes. A server started now is
-        # told the folder and removes it when it ends (with this process); the
-        # mark lets a later launch remove it if both were killed outright.
-        folder = Path(util.get_temp_dir())
-        folder.mkdir(mode=0o700, exist_ok=True)  # (gone if the server was stopped by hand)
-        (folder / f"{SERVER_MARK}{os.getpid()}").touch()  # for when this process is killed
-        os.environ[processes.SERVER_FOLDER_VARIABLE] = str(folder)
-        try:
-            with self._tap.paused():  # the server outlives this launch: not on its pipe
-                forkserver.ensure_running()
-        finally:
-            del os.environ[processes.SERVER_FOLDER_VARIABLE]
+        with self._tap.paused():  # the server outlives this launch: not on its pipe
+            start_warm_server()
 
     def _route(self) -> None:
         """Hand ``mp.spawn`` and ``mp.start_processes`` inside the block to this launch."""
