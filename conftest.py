@@ -25,6 +25,9 @@ SAME_DIGITS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CP
 for _name, _value in SAME_DIGITS.items():
     os.environ.setdefault(_name, _value)
 
+#: The name of each run's temporary folder begins with this.
+RUN_PREFIX = "ddp-lesson-tests-"
+
 #: What may stay in the temporary folder: torch's own reusable compile cache.
 KEPT = ("torchinductor_",)
 
@@ -47,7 +50,11 @@ def pytest_configure(config):
     # This process's multiprocessing folder stays where it was (removed when
     # it exits); everything started from here on uses the run's folder.
     multiprocessing.util.get_temp_dir()
-    folder = Path(tempfile.mkdtemp(prefix="ddp-lesson-tests-"))
+    # A pytest run inside a test (tests/test_world_sizes.py) puts its folder beside the
+    # outer run's, not inside it: the paths of the warm servers' sockets must stay short.
+    outer = Path(tempfile.gettempdir())
+    beside = outer.parent if outer.name.startswith(RUN_PREFIX) else None
+    folder = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=beside))
     # the benchmark's quick settings: 10_performance's measuring cells only
     # show that their code runs (their saved outputs come from a full run)
     settings = {"TMPDIR": str(folder), "DDP_LESSON_BENCH_QUICK": "1"}

@@ -259,7 +259,7 @@ def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(
         "import os, sys, time\n"
-        "warm = 'torch' in sys.modules  # imported before this file ran: forked warm\n"
+        "warm = 'multiprocessing.forkserver' in open(f'/proc/{os.getppid()}/cmdline').read()\n"
         "import torch\n"
         "from torch.distributed import destroy_process_group\n\n"
         "if __name__ == '__main__':\n"
@@ -286,3 +286,22 @@ def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(tmp_path):
         assert f"rank {rank} warm True threads 1 pauses True" in said, said
     assert "rank 1 says this before it dies" in said, said
     assert "exitcode: -9" in str(raised.value) and "rank: 1" in str(raised.value)
+
+
+def test_a_torchrun_in_a_temporary_folder_too_deep_for_a_socket_starts_fresh_workers(
+    tmp_path, monkeypatch
+):
+    import tempfile
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))  # where the launch's folder goes
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import os\n"
+        "parent = open(f'/proc/{os.getppid()}/cmdline').read()\n"
+        "print('rank', os.environ['RANK'], 'forked warm', 'multiprocessing.forkserver' in parent)\n"
+    )
+    run = elastic.torchrun(script, nproc_per_node=2, timeout_s=120)  # before: AF_UNIX path too long
+    said = run.outputs[0]
+    assert "rank 0 forked warm False" in said and "rank 1 forked warm False" in said, said

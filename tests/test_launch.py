@@ -190,3 +190,25 @@ def test_warm_ranks_that_finish_at_once_are_still_counted():
         with launch.bounded(2, timeout_s=60) as run:
             launch.start(faulty.prints, args=(2, run.port), nprocs=2)
         assert run.started == 2
+
+
+def test_a_script_in_a_temporary_folder_too_deep_for_a_socket_still_runs(tmp_path, monkeypatch):
+    # the warm server's socket lies in the temporary folder; past the length a Unix
+    # socket's path may have (108 bytes on Linux), ranks start fresh instead of failing
+    import tempfile
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))  # where the launch's folder goes
+    script = tmp_path / "spawning.py"
+    script.write_text(
+        "import torch.multiprocessing as mp\n"
+        "from ddp_lesson import launch\n\n\n"
+        "def main(rank):\n"
+        "    print(f'rank {rank} ran', flush=True)\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    with launch.bounded(2, timeout_s=60):  # as 06's stage_06.py does\n"
+        "        mp.spawn(main, nprocs=2)\n"
+    )
+    said = launch.run_script(script, timeout_s=120)
+    assert "rank 0 ran" in said and "rank 1 ran" in said, said

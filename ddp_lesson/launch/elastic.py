@@ -50,6 +50,9 @@ RDZV_FD_ENV, RDZV_PORT_ENV = "DDP_LESSON_RDZV_FD", "DDP_LESSON_RDZV_PORT"
 #: that the processes forked from its warm server have no main module to import again.
 AGENT = "from ddp_lesson.launch.elastic import main; main()"
 
+#: How the agent starts its workers: forked from its warm server.
+WARM_START_METHOD = "--start-method=forkserver"
+
 #: Bytes of each torchrun invocation's output kept, head and tail (its log is long).
 OUTPUT_KEPT_BYTES = 256 * 1024
 
@@ -158,10 +161,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if "--run-path" in argv:
         from .script_main import torchrun_worker
-        from .supervisor import start_warm_server
+        from .supervisor import start_warm_server, warm_server_fits
 
         torchrun_module.run_script_path = torchrun_worker  # what --run-path runs
-        start_warm_server()
+        if warm_server_fits():
+            start_warm_server()
+        else:  # fresh interpreters (see warm_server_fits)
+            argv = [WARM_START_METHOD.replace("forkserver", "spawn") if a == WARM_START_METHOD
+                    else a for a in argv]
     torchrun_module.main(argv)
 
 
@@ -353,7 +360,7 @@ def torchrun(
                 extra = {**env, **own, **(handed if node == 0 else {})}
                 # each worker runs the script as `python -u script args` would, with the
                 # pause after destroy_process_group, in a process forked from a warm server
-                worker = ["--run-path", "--start-method=forkserver", *tail]
+                worker = ["--run-path", WARM_START_METHOD, *tail]
                 argv = [sys.executable, "-c", AGENT, *flags, *worker]
                 nodes.append(
                     launch.command(

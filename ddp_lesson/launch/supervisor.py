@@ -139,6 +139,30 @@ def _unguarded_line() -> int | None:
     return line
 
 
+#: Longest path of a Unix socket, with room to spare (108 bytes on Linux, 104 on macOS).
+SOCKET_PATH_MAX = 100
+
+
+def warm_server_fits() -> bool:
+    """Whether this process can start its warm server: its socket path fits a Unix socket.
+
+    The server listens on a socket in this process's ``pymp-*`` folder in the
+    temporary folder; a temporary folder with a long path (a deep ``TMPDIR``)
+    makes that path too long to bind ("AF_UNIX path too long"). Ranks then
+    start as fresh interpreters instead.
+    """
+    import multiprocessing
+    import tempfile
+    from multiprocessing import forkserver
+
+    if getattr(forkserver._forkserver, "_forkserver_address", None):
+        return True  # running already
+    # the folder this process has, or the one it would make (nothing is created here)
+    folder = multiprocessing.current_process()._config.get("tempdir")
+    folder = folder or os.path.join(tempfile.gettempdir(), "pymp-" + "x" * 8)
+    return len(os.path.join(folder, "listener-" + "x" * 8)) <= SOCKET_PATH_MAX
+
+
 def start_warm_server() -> None:
     """Start this process's warm server, if it has none: the forkserver that preloads ``warm``.
 
@@ -399,6 +423,7 @@ class Supervisor:
                                                             unguarded))
         use_warm = self.warm if warm is None else warm
         use_warm = use_warm and bool(self._tap.path) and "forkserver" in get_all_start_methods()
+        use_warm = use_warm and warm_server_fits()  # (else fresh interpreters: slower, the same)
         if nprocs == 0:
             return None
         start = RankStart(
