@@ -253,9 +253,16 @@ def test_the_shards_picture_marks_padding_on_every_rank_that_got_it():
         plots.shards_picture([{"rank": 0}], 5)
 
 
-def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(tmp_path):
+def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(tmp_path, monkeypatch, request):
     # torchrun's workers are forked from its agent's warm server (torch imported once)
-    # and must still see what `python -u FILE ARGS` gives a fresh worker
+    # and must still see what `python -u FILE ARGS` gives a fresh worker. The launch's
+    # folder goes in a short temporary folder: a deep one starts fresh workers (below).
+    import shutil
+    import tempfile
+
+    short = tempfile.mkdtemp(prefix="ddp-", dir="/tmp")
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
+    monkeypatch.setattr(tempfile, "tempdir", short)
     script = tmp_path / "worker.py"
     script.write_text(
         "import os, sys, time\n"

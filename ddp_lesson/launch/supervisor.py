@@ -139,8 +139,9 @@ def _unguarded_line() -> int | None:
     return line
 
 
-#: Longest path of a Unix socket, with room to spare (108 bytes on Linux, 104 on macOS).
-SOCKET_PATH_MAX = 100
+#: Longest path a Unix socket may have, in bytes (sun_path: 108 on Linux, 104 on macOS,
+#: the last one for the terminating zero).
+SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
 
 
 def warm_server_fits() -> bool:
@@ -160,7 +161,7 @@ def warm_server_fits() -> bool:
     # the folder this process has, or the one it would make (nothing is created here)
     folder = multiprocessing.current_process()._config.get("tempdir")
     folder = folder or os.path.join(tempfile.gettempdir(), "pymp-" + "x" * 8)
-    return len(os.path.join(folder, "listener-" + "x" * 8)) <= SOCKET_PATH_MAX
+    return len(os.fsencode(os.path.join(folder, "listener-" + "x" * 8))) <= SOCKET_PATH_MAX
 
 
 def start_warm_server() -> None:
