@@ -12,6 +12,33 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
+def deep_tempdir(tmp_path, monkeypatch):
+    """A temporary folder whose path is too long for a warm server's Unix socket.
+
+    A launch started during the test puts its folder (and its processes'
+    TMPDIR) inside it.
+    """
+    import tempfile
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    return deep
+
+
+@pytest.fixture
+def short_tempdir(monkeypatch):
+    """A temporary folder with a short path under /tmp, removed afterwards: room for any socket."""
+    import shutil
+    import tempfile
+
+    short = tempfile.mkdtemp(prefix="ddp-", dir="/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", short)
+    yield short
+    shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture
 def no_leftovers():
     """Fail the test if it leaves any process running."""
     from ddp_lesson import launch

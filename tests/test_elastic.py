@@ -253,16 +253,10 @@ def test_the_shards_picture_marks_padding_on_every_rank_that_got_it():
         plots.shards_picture([{"rank": 0}], 5)
 
 
-def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(tmp_path, monkeypatch, request):
+def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(tmp_path, short_tempdir):
     # torchrun's workers are forked from its agent's warm server (torch imported once)
     # and must still see what `python -u FILE ARGS` gives a fresh worker. The launch's
     # folder goes in a short temporary folder: a deep one starts fresh workers (below).
-    import shutil
-    import tempfile
-
-    short = tempfile.mkdtemp(prefix="ddp-", dir="/tmp")
-    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
-    monkeypatch.setattr(tempfile, "tempdir", short)
     script = tmp_path / "worker.py"
     script.write_text(
         "import os, sys, time\n"
@@ -296,13 +290,8 @@ def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(tmp_path, monkey
 
 
 def test_a_torchrun_in_a_temporary_folder_too_deep_for_a_socket_starts_fresh_workers(
-    tmp_path, monkeypatch
+    tmp_path, deep_tempdir
 ):
-    import tempfile
-
-    deep = tmp_path / ("d" * 60) / ("e" * 60)
-    deep.mkdir(parents=True)
-    monkeypatch.setattr(tempfile, "tempdir", str(deep))  # where the launch's folder goes
     script = tmp_path / "worker.py"
     script.write_text(
         "import os\n"

@@ -192,14 +192,9 @@ def test_warm_ranks_that_finish_at_once_are_still_counted():
         assert run.started == 2
 
 
-def test_a_script_in_a_temporary_folder_too_deep_for_a_socket_still_runs(tmp_path, monkeypatch):
+def test_a_script_in_a_temporary_folder_too_deep_for_a_socket_still_runs(tmp_path, deep_tempdir):
     # the warm server's socket lies in the temporary folder; past the length a Unix
     # socket's path may have (108 bytes on Linux), ranks start fresh instead of failing
-    import tempfile
-
-    deep = tmp_path / ("d" * 60) / ("e" * 60)
-    deep.mkdir(parents=True)
-    monkeypatch.setattr(tempfile, "tempdir", str(deep))  # where the launch's folder goes
     script = tmp_path / "spawning.py"
     script.write_text(
         "import torch.multiprocessing as mp\n"
