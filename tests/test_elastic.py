@@ -7,6 +7,7 @@ must leave nothing running (``no_leftovers``).
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import time
@@ -142,6 +143,32 @@ def test_a_crash_without_restarts_names_the_rank_and_its_error(tmp_path):
     assert "rank one gives up" in caught.value.output
 
 
+def test_a_killed_rank_is_named_even_when_torchrun_names_the_rank_it_took_down(tmp_path):
+    # torchrun's own report (torch's ChildFailedError) of a run where rank 1 was killed and
+    # rank 0 raised at once because its peer vanished: both seen in the same second, and
+    # torchrun's root cause is the earliest timestamp, rank 0 on a tie
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    error_file = tmp_path / "error.json"
+    error_file.write_text(json.dumps({"message": {
+        "message": "RuntimeError: Connection closed by peer",
+        "extraInfo": {"py_callstack": "Traceback ...\nRuntimeError: Connection closed by peer",
+                      "timestamp": str(int(time.time()) - 1)}}}))
+    raised = ProcessFailure(local_rank=0, pid=11, exitcode=1, error_file=str(error_file))
+    killed = ProcessFailure(local_rank=1, pid=12, exitcode=-9, error_file=str(tmp_path / "none"))
+    report = ChildFailedError("stage_09.py", {0: raised, 1: killed}).format_msg()
+    assert "rank      : 0 (local_rank: 0)" in report.split("Root Cause")[1]
+
+    message = elastic._failure(elastic.TorchrunRun(["torchrun"], outputs=[report]), [1])
+    assert "rank: 1 (local_rank: 1)" in message
+    assert "exitcode: -9 (pid: N)" in message and "SIGKILL" in message
+    assert "rank: 0" not in message and "Connection closed" not in message
+    # without a killed rank, torchrun's root cause and its error stand
+    alone = ChildFailedError("stage_09.py", {0: raised}).format_msg()
+    message = elastic._failure(elastic.TorchrunRun(["torchrun"], outputs=[alone]), [1])
+    assert "rank: 0 (local_rank: 0)" in message and "exitcode: 1 (pid: N)" in message
+
+
 def test_torchrun_past_its_deadline_is_stopped_with_everything_it_started(tmp_path):
     script = tmp_path / "hangs.py"
     script.write_text("import time\ntime.sleep(3600)\n")
@@ -253,31 +280,48 @@ def test_the_shards_picture_marks_padding_on_every_rank_that_got_it():
         plots.shards_picture([{"rank": 0}], 5)
 
 
-def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(tmp_path, short_tempdir):
+def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(
+    tmp_path, short_tempdir, monkeypatch
+):
     # torchrun's workers are forked from its agent's warm server (torch imported once)
     # and must still see what `python -u FILE ARGS` gives a fresh worker. The launch's
     # folder goes in a short temporary folder: a deep one starts fresh workers (below).
+    # Rank 1 is killed, and rank 0 raises as soon as its peer is gone; torchrun looks
+    # only every 3 s here, so it finds both failed and must name the killed rank.
+    flags = elastic._flags
+    monkeypatch.setattr(elastic, "_flags", lambda *a: [*flags(*a), "--monitor-interval=3"])
     script = tmp_path / "worker.py"
     script.write_text(
         "import os, sys, time\n"
         "warm = 'multiprocessing.forkserver' in open(f'/proc/{os.getppid()}/cmdline').read()\n"
         "import torch\n"
         "from torch.distributed import destroy_process_group\n\n"
+        "def ended(pid):\n"
+        "    try:\n"
+        "        return open(f'/proc/{pid}/stat').read().split()[2] in 'ZX'\n"
+        "    except FileNotFoundError:\n"
+        "        return True\n\n"
         "if __name__ == '__main__':\n"
         "    rank = os.environ['RANK']\n"
         "    print(f'rank {rank} argv', sys.argv[1:], 'first', sys.path[0] == "
         f"{str(tmp_path)!r}, 'file', __file__ == {str(script)!r})\n"
         "    print(f'rank {rank} warm', warm, 'threads', torch.get_num_threads(),"
         " 'pauses', getattr(destroy_process_group, 'pauses', False))\n"
-        f"    said = {str(tmp_path / 'rank0-said')!r}\n"
+        f"    said, dying = {str(tmp_path / 'rank0-said')!r}, {str(tmp_path / 'rank1-pid')!r}\n"
         "    if rank == '0':\n"
         "        open(said, 'w').close()\n"
-        "    else:  # once rank 0 has printed: torchrun stops the other ranks when one dies\n"
-        "        while not os.path.exists(said):\n"
-        "            time.sleep(0.05)\n"
-        "        print('rank 1 says this before it dies')  # no flush: unbuffered, as -u\n"
-        "        os.kill(os.getpid(), 9)\n"
-        "    time.sleep(30)  # rank 0 waits to be stopped\n"
+        "        while not os.path.exists(dying) or not open(dying).read():\n"
+        "            time.sleep(0.01)\n"
+        "        while not ended(int(open(dying).read())):\n"
+        "            time.sleep(0.01)\n"
+        "        raise RuntimeError('my peer vanished')  # what a collective says then\n"
+        "    while not os.path.exists(said):  # rank 1, once rank 0 has printed\n"
+        "        time.sleep(0.05)\n"
+        "    print('rank 1 says this before it dies')  # no flush: unbuffered, as -u\n"
+        "    with open(dying + '.partial', 'w') as out:\n"
+        "        out.write(str(os.getpid()))\n"
+        "    os.replace(dying + '.partial', dying)\n"
+        "    os.kill(os.getpid(), 9)\n"
     )
     with pytest.raises(launch.LaunchError) as raised:
         elastic.torchrun(script, "--flag", "2", nproc_per_node=2, timeout_s=120)
@@ -286,7 +330,9 @@ def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(tmp_path, short_
         assert f"rank {rank} argv ['--flag', '2'] first True file True" in said, said
         assert f"rank {rank} warm True threads 1 pauses True" in said, said
     assert "rank 1 says this before it dies" in said, said
-    assert "exitcode: -9" in str(raised.value) and "rank: 1" in str(raised.value)
+    message = str(raised.value)
+    assert "exitcode: -9" in message and "rank: 1" in message, message
+    assert "rank: 0" not in message and "peer vanished" not in message, message
 
 
 def test_a_torchrun_in_a_temporary_folder_too_deep_for_a_socket_starts_fresh_workers(

@@ -144,6 +144,43 @@ def fresh_worker_store_per_round() -> None:
     handler.next_rendezvous = next_rendezvous
 
 
+def every_failure_reported() -> None:
+    """Make torchrun report every forked worker it finds failed, as it does for files.
+
+    torchrun watches the workers it started as files (``python FILE``) by
+    polling each of them, and lists every one that has failed. With
+    ``--start-method=forkserver`` it watches them through
+    ``torch.multiprocessing``, which stops at the first failed worker it
+    finds: when rank 1 is killed and rank 0 raises an instant later because
+    its peer vanished, torchrun names only whichever comes first in its
+    list, rank 0 as often as not. Here each look first notes every worker
+    that has already ended with a failure; when torchrun reports a failure,
+    the others it would have seen are added to its report.
+    """
+    from torch.distributed.elastic.multiprocessing import api
+
+    context = api.MultiprocessContext
+    if getattr(context._poll, "every_failure", False):
+        return
+    original = context._poll
+
+    def _poll(self):
+        processes = self._pc.processes if self._pc is not None else []
+        ended = {i: p.exitcode for i, p in enumerate(processes)}  # never blocks
+        pids = {i: p.pid for i, p in enumerate(processes)}
+        result = original(self)
+        if result is not None and result.failures:
+            for rank, code in ended.items():
+                if code and rank not in result.failures:
+                    result.failures[rank] = api.ProcessFailure(
+                        local_rank=rank, pid=pids[rank], exitcode=code,
+                        error_file=self.error_files[rank])
+        return result
+
+    _poll.every_failure = True
+    context._poll = _poll
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m ddp_lesson.launch.elastic ARGS``: torchrun ARGS, loopback stores, restartable.
 
@@ -157,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     loopback_only()
     fresh_worker_store_per_round()
+    every_failure_reported()
     import torch.distributed.run as torchrun_module
 
     if "--run-path" in argv:
@@ -269,20 +307,58 @@ def _node_devices(nnodes: int, nproc_per_node: int) -> tuple[list[dict], int, st
     return [{"CUDA_VISIBLE_DEVICES": ",".join(share)} for share in shares], need, note
 
 
+def _failure_blocks(output: str) -> tuple[list[dict[str, str]], int]:
+    """torchrun's failure blocks (rank, exitcode, traceback each), and which is its root cause.
+
+    torchrun lists every rank it saw fail, under "Failures:" and one under
+    "Root Cause (first observed failure):"; ``(blocks, -1)`` when it printed none.
+    """
+    blocks: list[dict[str, str]] = []
+    root = -1
+    for line in output.splitlines():
+        line = _LOG_PREFIX.sub("", line)
+        if line.startswith("Root Cause (first observed failure):"):
+            root = len(blocks)
+        elif re.match(r"^\[\d+\]:$", line.strip()):
+            blocks.append({})
+        elif blocks and line.startswith("  "):
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key in ("rank", "exitcode", "traceback") and key not in blocks[-1]:
+                blocks[-1][key] = value
+    return blocks, (root if 0 <= root < len(blocks) else -1)
+
+
+def _cause(output: str) -> dict[str, str]:
+    r"""The failure that explains a run: a rank torchrun saw killed, else its root cause.
+
+    torchrun's root cause is the failure with the earliest timestamp in whole
+    seconds, the first rank on a tie: a rank that raised because its peer was
+    killed can come first in the same second. A killed rank raised nothing of
+    its own, so it is the cause whichever torchrun names.
+
+    >>> out = "Failures:\n[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
+    >>> out += "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
+    >>> _cause(out + "  exitcode  : 1 (pid: 6)\n")["rank"]
+    '1 (local_rank: 1)'
+    """
+    blocks, root = _failure_blocks(output)
+    killed = [b for b in blocks if b.get("exitcode", "").startswith("-")]
+    if root >= 0 and (blocks[root] in killed or not killed):
+        return blocks[root]
+    return killed[0] if killed else {}
+
+
 def _failure(run: TorchrunRun, codes: list[int]) -> str:
-    """A few lines on why torchrun failed: its Root Cause block, and the rank's error."""
+    """A few lines on why torchrun failed: the failure that explains it, and the rank's error."""
     node = next(i for i, c in enumerate(codes) if c != 0)
     output = run.outputs[node]
     lines = [f"torchrun (node {node}) exited with code {codes[node]}"]
-    cause = output.split("Root Cause (first observed failure):", 1)
-    signalled = False  # the first rank to fail was killed: it raised nothing
-    if len(cause) == 2:
-        for line in cause[1].splitlines():
-            key, _, value = (part.strip() for part in line.partition(":"))
-            if key in ("rank", "exitcode", "traceback") and value:
-                signalled = signalled or (key == "exitcode" and value.startswith("-"))
-                if not value.startswith("Traceback"):
-                    lines.append(f"  {key}: " + _CHANGING.sub(r"\1N", value))
+    cause = _cause(output)
+    signalled = cause.get("exitcode", "").startswith("-")  # killed: it raised nothing
+    for key in ("rank", "exitcode", "traceback"):
+        value = cause.get(key, "")
+        if value and not value.startswith("Traceback"):
+            lines.append(f"  {key}: " + _CHANGING.sub(r"\1N", value))
     errors = []
     for line in output.splitlines():
         message = re.sub(r"^\[rank\d+\]: ", "", _LOG_PREFIX.sub("", line).strip())
