@@ -836,8 +836,13 @@ def error_entry(error: BaseException, **extra) -> dict:
     return _error_entry(error, **extra)
 
 
-def finish() -> None:
-    """The learner's code ended normally: record how it left the group, then leave at once."""
+def finish(leave: bool = True) -> None:
+    """The learner's code ended normally: record how it left the group, then leave at once.
+
+    ``leave=False`` returns instead, for a process whose starter exits it
+    without the interpreter's shutdown once its function has returned
+    (multiprocessing's, which must first hand torch the return value).
+    """
     record = _state["record"]
     record.returned = True
     gc.collect()
@@ -850,7 +855,8 @@ def finish() -> None:
     sys.stderr.flush()
     # Leave without the interpreter's shutdown: it is slow after DDP and can
     # abort on torch's native threads, which is not what is being diagnosed.
-    os._exit(0)
+    if leave:
+        os._exit(0)
 
 
 def failed(error: BaseException) -> None:

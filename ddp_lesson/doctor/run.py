@@ -9,8 +9,8 @@ every group the file makes meets) and its tree stop.
 * ``script``: one warm process runs the file as ``__main__``; the processes
   its ``mp.spawn`` starts are recorded (see :mod:`.start`);
 * ``torchrun``: ``torchrun --standalone --nproc-per-node=N file args`` (the
-  course's loopback-only runner, ``python -m ddp_lesson.launch.elastic``),
-  each process it starts recorded.
+  course's loopback-only runner, :func:`ddp_lesson.launch.elastic.main`),
+  each process it starts forked warm and recorded (:func:`.start.torchrun_rank`).
 """
 
 from __future__ import annotations
@@ -134,8 +134,8 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
                     env: dict[str, str | None] = {key: None for key in elastic.TORCHRUN_ENV}
                     env.update(settings.to_env())
                     command = supervisor.command(
-                        [sys.executable, "-m", "ddp_lesson.launch.elastic", *flags,
-                         "-m", "ddp_lesson.doctor.start", path, *map(str, args)],
+                        [sys.executable, "-c", start.AGENT, *flags, "--run-path",
+                         elastic.WARM_START_METHOD, path, *map(str, args)],
                         env=env,
                     )  # fmt: skip
                     supervisor.wait([command])

@@ -7,8 +7,9 @@ One way in per launch style (:mod:`.run` picks it):
 * :func:`run_script`: the script's own process, which runs the file as
   ``__main__``; the processes its ``mp.spawn`` starts begin at
   :func:`forked_rank` (or :func:`rank_entry`);
-* ``python -m ddp_lesson.doctor.start PATH ARGS``: what torchrun starts in
-  every process (:func:`run_torchrun_rank`).
+* :func:`torchrun_rank`: what torchrun runs in every worker, forked from
+  a warm server in its agent (:data:`AGENT`), then
+  :func:`run_torchrun_rank`.
 
 A script's ``mp.spawn`` keeps what spawn means for the script: each process
 runs the file's top level again as ``__mp_main__``, gets its function and
@@ -157,8 +158,11 @@ def run_script(index: int, settings: Settings, path: str, argv: list[str]) -> No
     os._exit(code)
 
 
-def run_torchrun_rank(path: str, argv: list[str]) -> None:
-    """What each process torchrun starts runs: the probe, then the file as ``__main__``."""
+def run_torchrun_rank(path: str, argv: list[str], leave: bool = True) -> None:
+    """What each process torchrun starts runs: the probe, then the file as ``__main__``.
+
+    ``leave=False`` returns once the file has ended normally (see :func:`.probe.finish`).
+    """
     settings = Settings.from_env(os.environ)
     index = int(os.environ.get("RANK", "0"))
     probe.install(settings, index, nprocs=int(os.environ.get("WORLD_SIZE", "0")))
@@ -173,12 +177,24 @@ def run_torchrun_rank(path: str, argv: list[str]) -> None:
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
-    probe.finish()
+    probe.finish(leave)
 
 
-if __name__ == "__main__":
-    # Run through the package's module, not this __main__ copy, so that the
-    # learner's code and the probe share one state.
-    from ddp_lesson.doctor import start
+def torchrun_rank(path: str, *argv: str) -> None:
+    """One of torchrun's workers, forked from its agent's warm server: probed, then the file."""
+    from ..launch.script_main import as_python_u
 
-    start.run_torchrun_rank(os.path.realpath(sys.argv[1]), sys.argv[2:])
+    as_python_u()
+    run_torchrun_rank(os.path.realpath(path), list(argv), leave=False)  # (torch's return value)
+
+
+def agent() -> None:
+    """torchrun, as the course runs it (:func:`ddp_lesson.launch.elastic.main`), probed."""
+    from ..launch import elastic
+
+    elastic.main(worker=torchrun_rank)
+
+
+#: ``python -c AGENT TORCHRUN-ARGS --run-path --start-method=forkserver PATH ARGS``: the
+#: doctor's torchrun (a command, not a module, so forked workers import no main module).
+AGENT = "from ddp_lesson.doctor.start import agent; agent()"

@@ -29,7 +29,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,15 +181,16 @@ def every_failure_reported() -> None:
     context._poll = _poll
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None, worker: Callable[..., None] | None = None) -> None:
     """``python -m ddp_lesson.launch.elastic ARGS``: torchrun ARGS, loopback stores, restartable.
 
     With ``--run-path --start-method=forkserver`` (what :func:`torchrun`
     passes), torchrun runs each worker as a function in a process forked
     from a warm server, which this process starts at once, while torchrun
-    sets up its rendezvous: ``script_main.torchrun_worker``, which runs the
-    file as ``python -u FILE ARGS`` would. A worker then starts in a
-    fraction of a second instead of importing torch again.
+    sets up its rendezvous: ``worker(FILE, *ARGS)``, by default
+    ``script_main.torchrun_worker``, which runs the file as
+    ``python -u FILE ARGS`` would (the doctor passes its own). A worker
+    then starts in a fraction of a second instead of importing torch again.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     loopback_only()
@@ -201,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .script_main import torchrun_worker
         from .supervisor import start_warm_server, warm_server_fits
 
-        torchrun_module.run_script_path = torchrun_worker  # what --run-path runs
+        torchrun_module.run_script_path = worker or torchrun_worker  # what --run-path runs
         if warm_server_fits():
             start_warm_server()
         else:  # fresh interpreters (see warm_server_fits)

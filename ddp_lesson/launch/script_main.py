@@ -36,10 +36,19 @@ def torchrun_worker(script: str, *args: str) -> None:
     """One of torchrun's workers, forked from its agent's warm server: ``python -u script args``.
 
     torchrun calls this in each worker process it starts (see
-    :func:`.elastic.main`). The process was forked from a server that had
-    imported torch already, so what a fresh ``python -u`` would do at its
-    start is done here: SIGTERM ends it at once, output is unbuffered, and
-    torch uses the threads ``OMP_NUM_THREADS`` asks for (torchrun sets 1).
+    :func:`.elastic.main`).
+    """
+    as_python_u()
+    run(script, *args)
+
+
+def as_python_u() -> None:
+    """Give a worker forked from a warm server what a fresh ``python -u`` would have.
+
+    The process was forked from a server that had imported torch already,
+    so what a fresh interpreter would do at its start is done here: SIGTERM
+    ends it at once, output is unbuffered, and torch uses the threads
+    ``OMP_NUM_THREADS`` asks for (torchrun sets 1).
     """
     import torch
 
@@ -49,7 +58,6 @@ def torchrun_worker(script: str, *args: str) -> None:
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:
         torch.set_num_threads(int(threads))
-    run(script, *args)
 
 
 if __name__ == "__main__":
