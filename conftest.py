@@ -6,6 +6,10 @@ every pytest-xdist worker, whichever files it is given; tests/conftest.py
 holds the tests' own helpers.
 """
 
+import contextlib
+import fcntl
+import functools
+import json
 import multiprocessing
 import multiprocessing.util
 import os
@@ -114,6 +118,43 @@ def clean_temporary_folder(pytestconfig):
             break
         time.sleep(0.2)
     assert not left, f"the tests left these in the temporary folder {folder}: {left}"
+
+
+#: The port the tutorials fix (``MASTER_PORT = "12355"``). A notebook whose code
+#: binds it, and a test marked ``fixed_port`` (one that binds it, or holds it busy on
+#: purpose), runs while no other such item runs on any pytest-xdist worker: two at
+#: once would find it taken ("EADDRINUSE"). The lock is on this file, which every
+#: worker of a checkout shares and which is there before and after the run.
+FIXED_PORT = 12355
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.suffix == ".ipynb" and binds_fixed_port(item.path):
+            item.add_marker("fixed_port")
+
+
+@functools.cache
+def binds_fixed_port(notebook: Path) -> bool:
+    """Whether a code cell of ``notebook`` has the fixed port outside a comment."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return any(
+        str(FIXED_PORT) in line.split("#", 1)[0]
+        for cell in cells if cell["cell_type"] == "code"
+        for line in "".join(cell["source"]).splitlines()
+    )  # fmt: skip
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Run a ``fixed_port`` item (its fixtures included) while it holds the port's lock."""
+    if item.get_closest_marker("fixed_port") is None:
+        yield
+        return
+    with open(__file__, "rb") as shared, contextlib.ExitStack() as held:
+        fcntl.flock(shared, fcntl.LOCK_EX)  # waits while another worker's item has it
+        held.callback(fcntl.flock, shared, fcntl.LOCK_UN)
+        yield
 
 
 EXERCISES = Path(__file__).resolve().parent / "exercises"

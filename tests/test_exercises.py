@@ -207,7 +207,8 @@ def test_multiple_choice_checks(check, right, wrong, stage_title):
 @pytest.mark.parametrize(
     ("answer", "stage", "fragment"),
     [
-        ("pg_fixed_port.py", CONNECTING, "MASTER_PORT=str(port)"),
+        pytest.param("pg_fixed_port.py", CONNECTING, "MASTER_PORT=str(port)",
+                     marks=pytest.mark.fixed_port),
         ("pg_every_rank_zero.py", CONNECTING, ""),
         ("pg_no_destroy.py", "teardown", "destroy_process_group()"),
     ],

@@ -258,3 +258,57 @@ def test_one_run_compares_lessons_and_solutions_but_not_exercises(tmp_path):
     ).stdout
     assert "COMPARES notebooks True" in said and "COMPARES solutions True" in said, said
     assert "COMPARES exercises False" in said, said
+
+
+def root_rules():
+    """The repository's top conftest.py, imported under a name of its own."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_items_on_the_tutorials_fixed_port_take_turns():
+    # Two items binding port 12355 at once (on two pytest-xdist workers) would find it
+    # taken: a notebook whose code binds it, or a test marked fixed_port, waits its turn.
+    import fcntl
+    import threading
+
+    rules = root_rules()
+    binders = {p.relative_to(ROOT).as_posix() for p in ROOT.glob("*/*.ipynb")
+               if rules.binds_fixed_port(p)}  # fmt: skip
+    assert {"solutions/06_full_script.ipynb", "exercises/06_full_script.ipynb"} <= binders
+    assert "notebooks/06_full_script.ipynb" not in binders  # it names the port in comments only
+    for test_file in (ROOT / "tests").rglob("test_*.py"):
+        code = [line.split("#", 1)[0] for line in test_file.read_text().splitlines()]
+        if any(str(rules.FIXED_PORT) in line for line in code):
+            assert any("mark.fixed_port" in line for line in code), test_file
+
+    class Item:
+        def __init__(self, marked: bool):
+            self.marked = marked
+
+        def get_closest_marker(self, name):
+            return name if self.marked and name == "fixed_port" else None
+
+    entered = threading.Event()
+
+    def run_marked():
+        protocol = rules.pytest_runtest_protocol(Item(True), None)
+        next(protocol)
+        entered.set()
+        next(protocol, None)  # the item is done: the lock is let go
+
+    with open(rules.__file__, "rb") as other_worker:
+        fcntl.flock(other_worker, fcntl.LOCK_EX)  # another worker's item holds it
+        next(rules.pytest_runtest_protocol(Item(False), None))  # unmarked: no waiting
+        marked = threading.Thread(target=run_marked)
+        marked.start()
+        assert not entered.wait(0.5), "a marked item ran while another held the port"
+        fcntl.flock(other_worker, fcntl.LOCK_UN)
+        assert entered.wait(10)
+    marked.join(10)
+    with open(rules.__file__, "rb") as after:  # and let go once done
+        fcntl.flock(after, fcntl.LOCK_EX | fcntl.LOCK_NB)

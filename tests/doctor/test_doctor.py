@@ -91,6 +91,7 @@ def test_names_exactly_the_planted_stage_and_line(name):
     assert not result.ok and result.exit_code == 1
 
 
+@pytest.mark.fixed_port
 def test_the_correct_script_passes_every_stage_with_its_fixed_port_busy(listening):
     """correct.py sets MASTER_PORT=12355: hold that port, and watch every listening socket."""
     holder = socket.socket()

@@ -144,6 +144,7 @@ def test_chosen_port_is_never_one_already_taken():
         taken.close()
 
 
+@pytest.mark.fixed_port
 def test_fixed_tutorial_port_that_is_busy_ends_at_the_deadline():
     # A worker that ignores run.port and uses the tutorials' 12355, held by someone else.
     try:
@@ -300,14 +301,8 @@ def test_killed_kernel_takes_its_ranks_with_it(tmp_path, start, when):
         ranks: list[psutil.Process] = []
         while time.monotonic() < deadline and len(ranks) < 2:
             time.sleep(0.05)
-            # the ranks, not the helpers the kernel starts beside them (the ranks
-            # forked by the forkserver carry its command line, one level down)
-            ranks = [
-                p
-                for p in psutil.Process(kernel.pid).children(recursive=True)
-                if _is_rank(p, kernel.pid)
-            ]
-        assert len(ranks) == 2, "the ranks did not start"
+            ranks = _ranks(kernel.pid)
+        assert len(ranks) == 2, f"the ranks did not start: {ranks}"
         if when == "while-waiting":
             time.sleep(healthy_launch_s())  # let them get into the collective
     finally:
@@ -319,19 +314,40 @@ def test_killed_kernel_takes_its_ranks_with_it(tmp_path, start, when):
     assert not alive, f"ranks outlived their killed parent: {[p.pid for p in alive]}"
 
 
-def _is_rank(process: psutil.Process, kernel: int) -> bool:
-    """A rank: a live Python process that is not a helper the kernel started beside them.
+def _ranks(kernel: int) -> list[psutil.Process]:
+    """The kernel's ranks: its own children, or its warm server's, but not the helpers.
 
-    A short-lived tool a rank runs (ldconfig, say) is not a rank either.
+    Not a rank: the helpers the kernel starts beside them (its forkserver and
+    resource tracker), a process a rank starts itself (a short-lived tool
+    such as ldconfig is still a copy of the rank between its fork and its
+    exec), or a child of the kernel not yet past its exec (a copy of the
+    kernel's own command line).
     """
     try:
-        if not process.name().startswith("python") or process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return process.ppid() != kernel or not any(
-            h in " ".join(process.cmdline()) for h in HELPERS
-        )
-    except psutil.Error:  # gone already, or a zombie
-        return False
+        own = psutil.Process(kernel).cmdline()
+        children = psutil.Process(kernel).children(recursive=True)
+    except psutil.Error:
+        return []
+
+    def described(process: psutil.Process) -> tuple[int, str] | None:
+        try:
+            if not process.name().startswith("python"):
+                return None
+            if process.status() == psutil.STATUS_ZOMBIE or process.cmdline() == own:
+                return None
+            return process.ppid(), " ".join(process.cmdline())
+        except psutil.Error:  # gone already
+            return None
+
+    seen = {p: described(p) for p in children}
+    servers = {
+        p.pid for p, d in seen.items()
+        if d and d[0] == kernel and "multiprocessing.forkserver" in d[1]
+    }  # fmt: skip
+    return [
+        p for p, d in seen.items()
+        if d and (d[0] in servers or (d[0] == kernel and not any(h in d[1] for h in HELPERS)))
+    ]  # fmt: skip
 
 
 # 10: two notebooks launching at once: see
