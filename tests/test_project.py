@@ -260,23 +260,28 @@ def test_one_run_compares_lessons_and_solutions_but_not_exercises(tmp_path):
     assert "COMPARES exercises False" in said, said
 
 
-def root_rules():
-    """The repository's top conftest.py, imported under a name of its own."""
+def root_rules(folder: Path):
+    """A copy of the repository's top conftest.py in ``folder``, imported under a name of its own.
+
+    A copy: its lock is its own file, not the one the run's other workers take turns on.
+    """
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    copy = folder / "root_conftest.py"
+    shutil.copyfile(ROOT / "conftest.py", copy)
+    spec = importlib.util.spec_from_file_location("root_conftest", copy)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_items_on_the_tutorials_fixed_port_take_turns():
+def test_items_on_the_tutorials_fixed_port_take_turns(tmp_path):
     # Two items binding port 12355 at once (on two pytest-xdist workers) would find it
     # taken: a notebook whose code binds it, or a test marked fixed_port, waits its turn.
     import fcntl
     import threading
 
-    rules = root_rules()
+    rules = root_rules(tmp_path)
     binders = {p.relative_to(ROOT).as_posix() for p in ROOT.glob("*/*.ipynb")
                if rules.binds_fixed_port(p)}  # fmt: skip
     assert {"solutions/06_full_script.ipynb", "exercises/06_full_script.ipynb"} <= binders
@@ -311,4 +316,4 @@ def test_items_on_the_tutorials_fixed_port_take_turns():
         assert entered.wait(10)
     marked.join(10)
     with open(rules.__file__, "rb") as after:  # and let go once done
-        fcntl.flock(after, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(after, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (nobody else locks the copy)

@@ -10,6 +10,7 @@ known mistake. The full traceback stays on the exception
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 
@@ -191,6 +192,62 @@ def early_exits(ended: dict[int, int], reported: set[int]) -> list[str]:
     ]
 
 
+#: What a rank's error says when a partner vanished in the middle of a collective.
+PEER_LOST = re.compile(r"(?i)peer|connection|closed|reset|timed out|timeout")
+
+
+def first_cause(
+    index: int, error: str, ended: dict[int, int], raised_by: dict[int, str]
+) -> tuple[int, int, str] | None:
+    """The rank that failed first, when torch named ``index`` only because its partner vanished.
+
+    torch names the first failed rank in its list when it looks. When rank 1
+    raises or is killed and rank 0's collective fails an instant later, both
+    can have ended by then, and rank 0 comes first. So when the named rank's
+    error (``error``) says that a partner was lost, another rank that failed
+    in its own way is the cause: one that raised something else, or one a
+    signal other than SIGTERM ended (SIGTERM is how torch stops the others).
+
+    Args:
+        index: the rank torch named.
+        error: its error line.
+        ended: exit code per rank.
+        raised_by: the traceback of each rank that raised.
+
+    Returns:
+        ``(rank, exit_code, traceback)`` (the traceback empty for a signal), or
+        ``None`` when the named rank is the cause as far as can be told.
+
+    >>> first_cause(0, "RuntimeError: Connection closed by peer", {0: 1, 1: -9}, {})
+    (1, -9, '')
+    >>> first_cause(0, "RuntimeError: Connection closed by peer", {0: 1, 1: -15}, {}) is None
+    True
+    >>> first_cause(0, "ValueError: bad shape", {0: 1, 1: -9}, {}) is None
+    True
+    """
+    if not PEER_LOST.search(error):
+        return None
+    for rank, code in sorted(ended.items()):
+        trace = raised_by.get(rank, "")
+        if rank == index or not code:
+            continue
+        if trace and not PEER_LOST.search(last_error_line(trace)):
+            return rank, code, trace
+        if not trace and code < 0 and -code != signal.SIGTERM:
+            return rank, code, ""
+    return None
+
+
+def signal_name(exit_code: int) -> str | None:
+    """The name of the signal that ended a process, from its (negative) exit code."""
+    if exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
 def raised(index: int, trace: str, early: list[str], names: tuple[str, ...] = ()) -> str:
     """The message for a rank whose function raised (``trace``: its traceback text).
 
@@ -207,7 +264,7 @@ def raised(index: int, trace: str, early: list[str], names: tuple[str, ...] = ()
     message = f"rank {index} raised {error}"
     if where:
         message += f"\n  at {where}"
-    if early and re.search(r"(?i)peer|connection|closed|reset|timed out|timeout", error):
+    if early and PEER_LOST.search(error):
         message += (
             f"\nThe likely cause: {'; '.join(early)}, so the others lost a partner in the "
             "middle of their collectives. Every rank must run to the end of its function "

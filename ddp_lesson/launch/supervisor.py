@@ -26,6 +26,7 @@ import contextlib
 import datetime
 import logging
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -302,6 +303,7 @@ class Supervisor:
         self._before: set[tuple[int, float]] = set()
         self._rank_pids: dict[int, int] = {}
         self._ended: dict[int, int] = {}
+        self._raised_by: dict[int, str] = {}  # the traceback of each rank that raised
         self._stopped_early = False
         self._contexts: list = []
         self._spawn_calls = 0
@@ -460,11 +462,14 @@ class Supervisor:
             self._settle(context)
 
     def _settle(self, context) -> None:
-        """Note how each rank ended, and remove the error files torch leaves behind."""
+        """Note how each rank ended and what it raised; remove the error files torch leaves."""
         for index, proc in enumerate(context.processes):
             if proc.exitcode is not None:
                 self._ended[index] = proc.exitcode
-        for path in context.error_files:
+        for index, path in enumerate(context.error_files):
+            with contextlib.suppress(OSError, EOFError, pickle.UnpicklingError):
+                with open(path, "rb") as written:  # torch's: the traceback text, pickled
+                    self._raised_by[index] = str(pickle.load(written))
             with contextlib.suppress(OSError):
                 os.unlink(path)
 
@@ -684,8 +689,18 @@ class Supervisor:
             ) from None
         if isinstance(exc, ProcessRaisedException):
             trace = str(exc).split("terminated with the following error:", 1)[-1].strip()
-            message = errors.raised(exc.error_index, trace, early, tuple(self._names))
-            raise errors.LaunchError(message, exc.error_index, trace, self.output) from None
+            cause = errors.first_cause(
+                exc.error_index, errors.last_error_line(trace), self._ended, self._raised_by
+            )
+            index = exc.error_index
+            if cause and cause[2]:  # another rank raised first: that is the error to read
+                index, trace = cause[0], cause[2]
+            elif cause:  # another rank was killed: it raised nothing
+                name = errors.signal_name(cause[1])
+                message = errors.exited(cause[0], cause[1], name, self.output)
+                raise errors.LaunchError(message, cause[0], output=self.output) from None
+            message = errors.raised(index, trace, early, tuple(self._names))
+            raise errors.LaunchError(message, index, trace, self.output) from None
         if isinstance(exc, ProcessExitedException) and self._stopped_early and early:
             raise errors.LaunchError(errors.left_early(early), output=self.output) from None
         if isinstance(exc, ProcessExitedException):

@@ -366,6 +366,32 @@ def test_rank_killed_by_a_signal(how, start):
     assert "leaves the others waiting" in message
 
 
+@pytest.mark.parametrize(
+    ("worker", "how", "named"),
+    [
+        (faulty.killed, ("SIGKILL",), "rank 1 was killed by SIGKILL"),
+        (faulty.raises_after_init, (), "rank 1 raised RuntimeError: rank 1 failed in the middle"),
+    ],
+    ids=["killed", "raised"],
+)
+def test_the_rank_that_failed_first_is_named_when_its_partner_ended_too(worker, how, named):
+    # torch names the first failed rank in its list when it looks. Here it looks only
+    # once both have ended: rank 1 first, then rank 0, whose all_reduce lost its partner.
+    with bounded_by(0), pytest.raises(launch.LaunchError) as caught:
+        with launch.bounded(2, timeout_s=60) as run:
+            context = mp.start_processes(worker, (2, run.port, *how), 2, join=False)
+            deadline = time.monotonic() + 50
+            while time.monotonic() < deadline and any(
+                p.exitcode is None for p in context.processes
+            ):
+                time.sleep(0.05)
+            assert [p.exitcode != 0 for p in context.processes] == [True, True]
+            run.join(context)
+    message = str(caught.value)
+    assert message.startswith(named), message
+    assert "rank 0" not in message.splitlines()[0], message
+
+
 # 12
 @both_starters
 def test_rank_that_floods_its_output(capfd, start):
