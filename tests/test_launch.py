@@ -162,6 +162,9 @@ def test_warm_start_runs_the_same_ranks_with_the_launchs_environment(capfd):
     assert [r["threads"] for r in run.reports] == [2, 2]  # the launch's count, not the server's
     assert len({r["pid"] for r in run.reports}) == 2
     assert all(set(r["listening"]) <= {"127.0.0.1"} for r in run.reports)
+    # the collector runs in every rank; the server's imports are frozen, not rescanned
+    assert all(r["collecting"] for r in run.reports)
+    assert all(r["frozen"] > 100_000 for r in run.reports), [r["frozen"] for r in run.reports]
     # what forked ranks print reaches the launch's output, not the server's terminal
     assert "hello from rank 0" in printed.output and "hello from rank 1" in printed.output
     assert "hello from rank" in capfd.readouterr().out  # shown after the launch

@@ -1,5 +1,6 @@
 """Joins the group, sums ranks, and reports what a rank can see of itself."""
 
+import gc
 import os
 from datetime import timedelta
 
@@ -33,4 +34,7 @@ def main(rank, world_size, port):
         listening=listening,
         # the course's pause after destroy_process_group (launch/ranks.py), as imported here
         destroy_pauses=getattr(destroy_process_group, "pauses", False),
+        # the garbage collector: on, and (forked warm) skipping the server's frozen imports
+        collecting=gc.isenabled(),
+        frozen=gc.get_freeze_count(),
     )
