@@ -26,6 +26,13 @@ def join(rank: int, world_size: int, port: int) -> torch.device:
     port; this rank's device (``cuda:rank`` when every rank has a GPU,
     selected before the group exists, so NCCL binds the right one); then
     ``init_process_group`` with NCCL on GPUs and gloo otherwise.
+
+    Then a barrier, so that every rank has finished connecting before any
+    goes on. ``init_process_group`` can return on one rank while another is
+    still completing its side of their connection; a rank whose next line
+    raises (an exercise's stub, say) would then close it under the other,
+    which fails inside ``init_process_group`` ("Connection closed by peer")
+    and can be reported instead of the real error.
     """
     import torch.distributed as dist
 
@@ -37,6 +44,7 @@ def join(rank: int, world_size: int, port: int) -> torch.device:
     dist.init_process_group(
         backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=GROUP_TIMEOUT_S)
     )
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
     return device
 
 

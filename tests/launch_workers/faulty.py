@@ -73,3 +73,14 @@ def leaves_quietly(rank, world_size, port):
         os._exit(0)
     _join(rank, world_size, port, timeout_s=5)
     all_reduce(torch.ones(1))
+
+
+def stub_after_joining(rank, world_size, port):
+    """What a probe runs on an exercise's stub: join the course's way, then raise at once."""
+    from ddp_lesson import group
+
+    group.join(rank, world_size, port)
+    try:
+        raise NotImplementedError(f"rank {rank}: your code here")
+    finally:
+        group.leave()
