@@ -4,6 +4,9 @@ What the lesson's workers import (they run in every rank):
 ``devices`` (the one device policy), ``reports`` (what ranks send back),
 ``data``, ``models``; and, for the course's own rank-side code, ``group``
 (joining a launch's process group as the lesson's ``ddp_setup`` does).
+``warm`` is all of that imported at once: what a launch's warm server
+imports before it forks ranks (outside ``launch``, whose import would
+bring torch in before the server turns its garbage collector off).
 
 Shared by everything: ``stages`` (the one table of the lesson's stages),
 ``sources`` (the workers' source as the notebooks write it), ``validate``.

@@ -28,13 +28,46 @@ MODULES = [
     "ddp_lesson.launch",
     "ddp_lesson.launch.elastic",
     "ddp_lesson.launch.ranks",
-    "ddp_lesson.launch.warm",
+    "ddp_lesson.warm",
     "ddp_lesson.models",
     "ddp_lesson.reports",
     "ddp_lesson.sources",
     "ddp_lesson.stages",
     "ddp_lesson.views",
 ]
+
+
+#: What ranks import to run the course's own functions (views, checks, the bench, the doctor).
+RANK_SIDE = [
+    "ddp_lesson.views.runs",
+    "ddp_lesson.exercises.probes.stages",
+    "ddp_lesson.exercises.probes.practice",
+    "ddp_lesson.exercises.probes.inside",
+    "ddp_lesson.exercises.probes.checkpoints",
+    "ddp_lesson.exercises.probes.performance",
+    "ddp_lesson.bench.workers",
+    "ddp_lesson.doctor.probe",
+    "ddp_lesson.launch.script_main",
+]
+
+
+def test_a_rank_running_the_courses_functions_imports_no_notebook_or_drawing_packages():
+    # A rank forked from the warm server has what ddp_lesson.warm imported; the
+    # rest it imports at every launch. matplotlib, ipywidgets and IPython cost
+    # about half a second of CPU there, and a rank never draws or displays.
+    script = f"""
+import importlib, sys
+import ddp_lesson.warm
+before = set(sys.modules)
+for name in {RANK_SIDE!r}:
+    importlib.import_module(name)
+heavy = ("matplotlib", "ipywidgets", "IPython", "sklearn", "PIL")
+print(sorted({{m.split(".")[0] for m in set(sys.modules) - before}} & set(heavy)))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=180, check=True
+    ).stdout
+    assert out.strip() == "[]", out
 
 
 def test_importing_the_course_starts_no_thread_and_installs_no_hook():
@@ -55,6 +88,8 @@ for name in {MODULES!r}:
     importlib.import_module(name)
 import ddp_lesson.exercises.checks as checks
 checks.check_spawn  # the checks' own modules, found on first use
+import ddp_lesson.views as views
+[getattr(views, name) for name in views.__all__]  # so are the views'
 after = state()
 print([a == b for a, b in zip(before, after)], after[0], after[3])
 """

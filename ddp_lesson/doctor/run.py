@@ -167,7 +167,7 @@ def _warm_up() -> None:
 
     if _warm:
         return
-    forkserver.set_forkserver_preload(["ddp_lesson.launch.warm"])
+    forkserver.set_forkserver_preload(["ddp_lesson.warm"])
     forkserver.ensure_running()
     # the server answers only once it has imported what it preloads
     first = multiprocessing.get_context("forkserver").Process(target=os.getpid)

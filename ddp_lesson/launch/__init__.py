@@ -12,8 +12,8 @@ lesson cells, the checks', widgets' and doctor's ranks, whole scripts and
 ``torchrun``. Its parts: :mod:`.processes` (the process tree and how it is
 stopped), :mod:`.capture` (what processes print), :mod:`.ranks` (what every
 rank does before its function), :mod:`.errors` (the messages), :mod:`.scripts`
-and :mod:`.elastic` (whole programs and ``torchrun``), :mod:`.warm` (what the
-warm server imports once).
+and :mod:`.elastic` (whole programs and ``torchrun``). What the warm server
+imports once is :mod:`ddp_lesson.warm`.
 """
 
 from __future__ import annotations

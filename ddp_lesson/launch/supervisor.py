@@ -168,12 +168,12 @@ def warm_server_fits() -> bool:
 def start_warm_server() -> None:
     """Start this process's warm server, if it has none: the forkserver that preloads ``warm``.
 
-    Its ranks are forked from it (see :mod:`.warm`). Used by a launch's first
+    Its ranks are forked from it (see :mod:`ddp_lesson.warm`). Used by a launch's first
     warm start, and by torchrun's agent for its workers (:mod:`.elastic`).
     """
     from multiprocessing import forkserver, util
 
-    forkserver.set_forkserver_preload(["ddp_lesson.launch.warm"])
+    forkserver.set_forkserver_preload(["ddp_lesson.warm"])
     # The server's socket lies in this process's pymp-* folder, which a
     # kernel shut down by Jupyter never removes. A server started now is
     # told the folder and removes it when it ends (with this process); the
