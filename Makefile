@@ -30,7 +30,7 @@ LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(6, (os.cpu_count() or 1) + 1))')
 PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: lab test install install-test lint exercises notebooks colab-cells gpu-check soak bench clean
+.PHONY: lab test install install-test lint exercises notebooks colab-cells gpu-check soak durations bench clean
 
 lab: $(LAB_STAMP)  ## open the course in JupyterLab (listens on 127.0.0.1 only)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. $(LAB_ROOT) $(LAB_ARGS) \
@@ -53,6 +53,9 @@ install-test: $(TEST_STAMP)  ## the learner's packages plus the test tools
 soak: $(TEST_STAMP)  ## 200 launches of the lesson's training worker in a row; all must tear down cleanly
 	DDP_LESSON_TEARDOWN_RUNS=200 $(BIN)/python -m pytest -o addopts="-p no:cacheprovider" \
 	  tests/test_teardown.py -v -s
+
+durations: $(TEST_STAMP)  ## rewrite tests/durations.txt, the order make test's workers take the files in
+	$(BIN)/python -m pytest $(PARALLEL) --write-durations tests/durations.txt
 
 bench: $(LAB_STAMP)  ## DDP speed on this machine: a table per measurement and bench/results/bench.png
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

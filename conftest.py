@@ -26,7 +26,13 @@ import pytest
 #: that round some last printed digits differently. Set before any kernel,
 #: forkserver or rank starts, so all of them inherit it.
 SAME_DIGITS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-for _name, _value in SAME_DIGITS.items():
+#: A test run starts more processes than the machine has cores (three workers, each
+#: with a notebook's kernel and its ranks). An OpenMP thread of torch that has
+#: finished its share of an operation would spin, waiting for the next one, on a
+#: core another process needs; passive, it sleeps until woken. What is computed
+#: is the same; on a 2-core machine, four notebooks took 5-15% fewer core-seconds.
+WAIT_ASLEEP = {"OMP_WAIT_POLICY": "PASSIVE"}
+for _name, _value in {**SAME_DIGITS, **WAIT_ASLEEP}.items():
     os.environ.setdefault(_name, _value)
 
 #: The name of each run's temporary folder begins with this.
@@ -49,8 +55,13 @@ def pytest_configure(config):
     if config.option.basetemp is None:
         config.option.basetemp = tempfile.mkdtemp(prefix="ddp-lesson-pytest-")
         config.stash[_OWN_BASETEMP] = config.option.basetemp
+    if config.option.write_durations and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(DurationRecorder(config.option.write_durations))
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        return  # pytest-xdist's controller: its workers set up their own
+        # pytest-xdist's controller: it hands the files out in the order its
+        # workers collected them (longest_first), not by number of tests
+        config.option.loadscopereorder = False
+        return  # its workers set up their own
     # This process's multiprocessing folder stays where it was (removed when
     # it exits); everything started from here on uses the run's folder.
     multiprocessing.util.get_temp_dir()
@@ -66,6 +77,13 @@ def pytest_configure(config):
     config.stash[_RUN_FOLDER] = folder
     os.environ.update(settings)
     tempfile.tempdir = None  # this process too
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--write-durations", metavar="PATH", default=None,
+        help="write how long each file's tests took to PATH (make durations: tests/durations.txt)",
+    )  # fmt: skip
 
 
 def pytest_unconfigure(config):
@@ -128,10 +146,12 @@ def clean_temporary_folder(pytestconfig):
 FIXED_PORT = 12355
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.suffix == ".ipynb" and binds_fixed_port(item.path):
             item.add_marker("fixed_port")
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: see longest_first
+        longest_first(items, read_durations(DURATIONS))
 
 
 @functools.cache
@@ -155,6 +175,70 @@ def pytest_runtest_protocol(item, nextitem):
         fcntl.flock(shared, fcntl.LOCK_EX)  # waits while another worker's item has it
         held.callback(fcntl.flock, shared, fcntl.LOCK_UN)
         yield
+
+
+#: How long each file's tests took in one measured run: ``SECONDS PATH`` lines.
+DURATIONS = Path(__file__).resolve().parent / "tests" / "durations.txt"
+
+
+def read_durations(path: Path) -> dict[str, float]:
+    """The figures in ``path`` (``{}`` if it is missing); ``#`` lines are comments."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        seconds, _, name = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            if not line.startswith("#") and name.strip():
+                found[name.strip()] = float(seconds)
+    return found
+
+
+def longest_first(items: list, seconds: dict[str, float]) -> None:
+    """Order ``items`` file by file, the files that took longest first.
+
+    ``make test`` hands whole files to its pytest-xdist workers (a
+    notebook's cells share one kernel), in the order the workers collected
+    them. A run that handed out long files last ended with one worker busy
+    and the others idle; pytest-xdist's own order (by number of tests per
+    file) does exactly that to the files that take longest per test (a
+    browser test, a check that waits out a deadline). The figures only
+    order the files: a file they do not know yet is placed as one of median
+    length, and the order within a file is kept.
+    """
+    known = sorted(seconds.values())
+    median = known[len(known) // 2] if known else 0.0
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], median))
+
+
+class DurationRecorder:
+    """``--write-durations PATH``: writes how long each file's tests took (setup, call, teardown).
+
+    Registered in the process that sees every test's report: pytest-xdist's
+    controller, or pytest itself without workers.
+    """
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report):
+        name = report.nodeid.split("::", 1)[0]
+        self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session):
+        if not self.seconds:
+            return
+        lines = sorted(self.seconds.items(), key=lambda pair: -pair[1])
+        self.path.write_text(
+            "# Seconds each file's tests took in one `make test` run (setup, call and\n"
+            "# teardown). Only the order in which the test workers are handed the files\n"
+            "# depends on it (conftest.py's longest_first); `make durations` rewrites it.\n"
+            + "".join(f"{seconds:.1f} {name}\n" for name, seconds in lines),
+            encoding="utf-8",
+        )
 
 
 EXERCISES = Path(__file__).resolve().parent / "exercises"

@@ -317,3 +317,40 @@ def test_items_on_the_tutorials_fixed_port_take_turns(tmp_path):
     marked.join(10)
     with open(rules.__file__, "rb") as after:  # and let go once done
         fcntl.flock(after, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (nobody else locks the copy)
+
+
+def test_workers_are_handed_the_longest_files_first(tmp_path):
+    # make test's workers take whole files in the order they collected them; the
+    # files that took longest in a measured run go first, so that no long file is
+    # left to the end while the other workers have nothing to do
+    rules = root_rules(tmp_path)
+
+    class Item:
+        def __init__(self, nodeid: str):
+            self.nodeid = nodeid
+
+    items = [Item(n) for n in ("a.py::x", "b.ipynb::Cell 0", "a.py::z", "new.py::w",
+                               "b.ipynb::Cell 1", "short.py::v")]  # fmt: skip
+    rules.longest_first(items, {"a.py": 2.0, "b.ipynb": 9.0, "short.py": 0.5, "gone.py": 3.0})
+    # a file the figures do not know yet goes where a file of median length would
+    assert [i.nodeid for i in items] == [
+        "b.ipynb::Cell 0", "b.ipynb::Cell 1", "new.py::w", "a.py::x", "a.py::z", "short.py::v"]
+    rules.longest_first(items, {})  # no figures: the collected order stays
+    assert items[0].nodeid == "b.ipynb::Cell 0"
+
+    # the recorder sums setup, call and teardown per file; its file reads back the same
+    class Report:
+        def __init__(self, nodeid: str, duration: float):
+            self.nodeid, self.duration = nodeid, duration
+
+    written = tmp_path / "durations.txt"
+    recorder = rules.DurationRecorder(str(written))
+    for nodeid, seconds in [("a.py::x", 1.0), ("a.py::x", 0.5), ("b.ipynb::Cell 3", 4.0)]:
+        recorder.pytest_runtest_logreport(Report(nodeid, seconds))
+    recorder.pytest_sessionfinish(None)
+    assert rules.read_durations(written) == {"b.ipynb": 4.0, "a.py": 1.5}
+    assert rules.read_durations(tmp_path / "missing.txt") == {}
+
+    # the committed figures name files that exist
+    listed = rules.read_durations(ROOT / "tests" / "durations.txt")
+    assert len(listed) > 50 and all((ROOT / name).is_file() for name in listed), sorted(listed)
