@@ -30,7 +30,9 @@ SAME_DIGITS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CP
 #: with a notebook's kernel and its ranks). An OpenMP thread of torch that has
 #: finished its share of an operation would spin, waiting for the next one, on a
 #: core another process needs; passive, it sleeps until woken. What is computed
-#: is the same; on a 2-core machine, four notebooks took 5-15% fewer core-seconds.
+#: is the same. On a 2-core machine, four notebooks (01, 05, 10, 12 on three workers)
+#: took a median 50.6 core-seconds instead of 57.2; in the whole suite the gain is
+#: smaller than the spread between runs.
 WAIT_ASLEEP = {"OMP_WAIT_POLICY": "PASSIVE"}
 for _name, _value in {**SAME_DIGITS, **WAIT_ASLEEP}.items():
     os.environ.setdefault(_name, _value)

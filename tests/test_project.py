@@ -335,8 +335,9 @@ def test_workers_are_handed_the_longest_files_first(tmp_path):
     # a file the figures do not know yet goes where a file of median length would
     assert [i.nodeid for i in items] == [
         "b.ipynb::Cell 0", "b.ipynb::Cell 1", "new.py::w", "a.py::x", "a.py::z", "short.py::v"]
-    rules.longest_first(items, {})  # no figures: the collected order stays
-    assert items[0].nodeid == "b.ipynb::Cell 0"
+    collected = [Item(n) for n in ("z.py::a", "a.py::b", "z.py::c")]
+    rules.longest_first(collected, {})  # no figures: the collected order stays
+    assert [i.nodeid for i in collected] == ["z.py::a", "a.py::b", "z.py::c"]
 
     # the recorder sums setup, call and teardown per file; its file reads back the same
     class Report:
