@@ -17,9 +17,11 @@ the worker's own ``main``.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import traceback
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -140,3 +142,26 @@ def main(rank, world_size, port, module, *args):
     worker = importlib.import_module(module)  # after guard(): its imports see the wrappers
     with mode:
         worker.main(rank, world_size, port, *args)
+
+
+def main_waiting_at_most(rank, world_size, port, seconds, module, *args):
+    """:func:`main`, with the group's timeout cut to ``seconds`` if the worker asks for longer.
+
+    For a worker whose ranks end up waiting for each other on purpose: they
+    stop at ``seconds`` instead of the worker's own timeout, every
+    collective they entered before that checked as usual.
+    """
+    c10d = sys.modules["torch.distributed.distributed_c10d"]
+    real = c10d.init_process_group
+    limit = timedelta(seconds=seconds)
+
+    @functools.wraps(real)
+    def init_process_group(*given, **kwargs):
+        if len(given) > 2:  # (backend, init_method, timeout, ...)
+            given = (*given[:2], min(given[2] or limit, limit), *given[3:])
+        else:
+            kwargs["timeout"] = min(kwargs.get("timeout") or limit, limit)
+        return real(*given, **kwargs)
+
+    c10d.init_process_group = dist.init_process_group = init_process_group
+    main(rank, world_size, port, module, *args)

@@ -124,28 +124,37 @@ def test_run_script_returns_output_and_bounds_time(tmp_path):
 
 def test_a_script_and_the_ranks_it_spawns_run_as_python_runs_them_with_the_pause(tmp_path):
     # run_script starts the script through launch/script_main.py: it must see what
-    # `python FILE ARGS` gives, and its mp.spawn ranks must get the teardown pause too
+    # `python FILE ARGS` gives, and its mp.spawn ranks, forked from a warm server,
+    # must be what spawn makes (the script imported again as __mp_main__, the
+    # environment of the call) and get the teardown pause too
     script = tmp_path / "spawning.py"
     script.write_text(
-        "import sys\n"
+        "import os, signal, sys\n"
         "import torch.multiprocessing as mp\n"
-        "from torch.distributed import destroy_process_group\n\n\n"
-        "def main(rank):\n"  # the name bound when the rank imported this file, as __mp_main__
+        "from torch.distributed import destroy_process_group\n\n"
+        "if __name__ == '__mp_main__':\n"
+        "    print('imported again', flush=True)\n\n\n"
+        "def main(rank, word):\n"  # the name bound when the rank imported this file, as __mp_main__
         "    print(f'rank {rank} pauses', getattr(destroy_process_group, 'pauses', False),"
+        " 'warm', 'ddp_lesson.warm' in sys.modules, 'sees', os.environ.get('SET_BY_SCRIPT'),"
+        " 'says', word, 'sigterm', signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,"
         " flush=True)\n\n\n"
         "if __name__ == '__main__':\n"
         "    print('name', __name__, 'argv', sys.argv[1:], 'first', sys.path[0] == "
         f"{str(tmp_path)!r})\n"
         "    print('script pauses', getattr(destroy_process_group, 'pauses', False), flush=True)\n"
-        "    mp.spawn(main, nprocs=2)\n"
+        "    os.environ['SET_BY_SCRIPT'] = 'yes'\n"
+        "    mp.spawn(main, args=('hello',), nprocs=2)\n"
     )
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     said = launch.run_script(script, "--epochs", "2", timeout_s=120)
     assert "name __main__ argv ['--epochs', '2'] first True" in said
     assert "script pauses True" in said
-    assert "rank 0 pauses True" in said and "rank 1 pauses True" in said
-    # the script's own resource tracker, adopted here when the script ended, was
-    # waited for and collected: neither a process nor a zombie stays behind
+    assert said.count("imported again") == 2, said
+    for rank in (0, 1):
+        assert f"rank {rank} pauses True warm True sees yes says hello sigterm True" in said, said
+    # the script's own resource tracker and warm server, adopted here when the script
+    # ended, were waited for and collected: neither a process nor a zombie stays behind
     from ddp_lesson.launch import processes
 
     kids = psutil.Process().children(recursive=True)
@@ -200,13 +209,19 @@ def test_a_script_in_a_temporary_folder_too_deep_for_a_socket_still_runs(tmp_pat
     # socket's path may have (108 bytes on Linux), ranks start fresh instead of failing
     script = tmp_path / "spawning.py"
     script.write_text(
+        "import sys\n"
         "import torch.multiprocessing as mp\n"
         "from ddp_lesson import launch\n\n\n"
         "def main(rank):\n"
         "    print(f'rank {rank} ran', flush=True)\n\n\n"
+        "def plain(rank):\n"
+        "    print(f'rank {rank} plain', 'warm' if 'ddp_lesson.warm' in sys.modules else 'fresh',"
+        " flush=True)\n\n\n"
         "if __name__ == '__main__':\n"
         "    with launch.bounded(2, timeout_s=60):  # as 06's stage_06.py does\n"
         "        mp.spawn(main, nprocs=2)\n"
+        "    mp.spawn(plain, nprocs=2)  # as 06's ddp_train.py does\n"
     )
     said = launch.run_script(script, timeout_s=120)
     assert "rank 0 ran" in said and "rank 1 ran" in said, said
+    assert "rank 0 plain fresh" in said and "rank 1 plain fresh" in said, said

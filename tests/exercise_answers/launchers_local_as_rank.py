@@ -16,7 +16,7 @@ def ddp_setup():
         torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
     init_process_group(
-        backend, rank=local_rank, world_size=local_world_size, timeout=timedelta(seconds=8)
+        backend, rank=local_rank, world_size=local_world_size, timeout=timedelta(seconds=3)
     )
     return device
 
