@@ -36,11 +36,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
-
-
 def section(title: str) -> None:
     print(f"\n== {title} ==", flush=True)
 
@@ -67,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = devices.plan()
     started = time.monotonic()
     print(f"ddp-lesson bench: {plan.backend}, {plan.gpus} GPU(s), {plan.cores} usable core(s)")
-    print(f"before: {load()}")
-    results: dict = {"cores": plan.cores, "backend": plan.backend, "load_before": os.getloadavg()}
+    others = bench.Others()  # what the rest of the machine does meanwhile
+    results: dict = {"cores": plan.cores, "backend": plan.backend}
     how = bench.effort()
     print(
         f"timing windows of {how['window_s']:g} s, {how['windows']:g} per launch, "
@@ -166,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     fig.tight_layout()
     args.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out / "bench.png", dpi=110)
-    results["load_after"] = os.getloadavg()
+    results["others_share"] = others.share()
     (args.out / "bench.json").write_text(json.dumps(results, indent=1))
 
     section("summary")
@@ -178,10 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"stage launch cells: median {max(r['median'] for r in stages):.2f} s at most; "
           f"a new kernel's first launch {first['median']:.2f} s")
-    warning = bench.busy()
+    print(f"other processes kept {others.share():.0%} of this machine's cores busy meanwhile")
+    warning = bench.busy(others)
     if warning:
         print(warning)
-    print(f"after: {load()}")
     print(f"took {time.monotonic() - started:.0f} s; saved {args.out / 'bench.png'} and bench.json")
     return 0
 

@@ -5,8 +5,11 @@ noisy. They check that the numbers come from real launches, have the
 structure the tables and pictures need, and are consistent with each other.
 """
 
+import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 import torch
 
@@ -155,13 +158,44 @@ def test_one_rank_alone_trains_on_its_share_of_the_global_batch():
     assert bench.Setup("world 2", 2, 1).trial(bench.Trial(1024)).batch == 1024
 
 
-def test_unsteady_rows_are_named_and_a_busy_machine_is_said(monkeypatch):
+def test_unsteady_rows_are_named():
     rows = [{"v": 10.0, "min": 9.5, "max": 10.5}, {"v": 10.0, "min": 4.0, "max": 16.0}]
     assert bench.unsteady(rows, "v") == [rows[1]]
-    monkeypatch.setattr("os.getloadavg", lambda: (9.0, 9.0, 9.0))
-    assert "busy" in bench.busy(cores=2)
-    monkeypatch.setattr("os.getloadavg", lambda: (0.1, 0.1, 0.1))
-    assert bench.busy(cores=2) == ""
+
+
+#: Keeps one core busy for a second of its own CPU time, however loaded the machine is.
+HOG = "import time\nend = time.process_time() + 1\nwhile time.process_time() < end:\n    pass\n"
+
+
+def test_the_measurements_own_processes_do_not_count_as_a_busy_machine():
+    # two ranks measuring on two cores are a load of 2: a busy machine by the
+    # load average, though nothing else runs. What the measurement itself
+    # starts (here a child keeping a core busy) is its own work.
+    others = bench.Others()
+    subprocess.run([sys.executable, "-c", HOG], check=True)
+    assert others.own_s() >= 1.0
+
+
+def test_a_process_outside_the_measurement_makes_the_machine_busy(monkeypatch):
+    others = bench.Others()
+    # a hog adopted by the system when its parent leaves, as any other program's
+    start = f"import subprocess, sys\nprint(subprocess.Popen([sys.executable, '-c', {HOG!r}]).pid)"
+    pid = int(subprocess.run([sys.executable, "-c", start], capture_output=True, text=True,
+                             check=True).stdout)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    assert others.others_s() >= 0.9, others.others_s()  # its second, less clock rounding
+    assert 0 < others.share() <= 1
+    monkeypatch.setattr(bench.measure, "OTHERS_MAX", 0.0)
+    assert "other processes kept" in bench.busy(others)
+    monkeypatch.setattr(bench.measure, "OTHERS_MAX", 1.0)
+    assert bench.busy(others) == ""
 
 
 def test_stage_launches_run_each_lesson_stage_as_its_notebook_does(no_leftovers):
