@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"stage launch cells: median {max(r['median'] for r in stages):.2f} s at most; "
           f"a new kernel's first launch {first['median']:.2f} s")
-    print(f"other processes kept {others.share():.0%} of this machine's cores busy meanwhile")
+    print(f"other processes kept {results['others_share']:.0%} of this machine's cores busy "
+          "meanwhile")
     warning = bench.busy(others)
     if warning:
         print(warning)

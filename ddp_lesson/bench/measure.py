@@ -82,6 +82,10 @@ class Others:
     ended still shows. This counts what every process of the machine used
     (``psutil.cpu_times``) less what this process and its descendants (the
     warm server, the ranks, their ended children) used, from creation on.
+    A descendant that outlives its parent is adopted by the system and
+    counts as another process: :func:`first_launch`'s short-lived processes
+    leave their warm servers so, about 2 CPU seconds each (about 1% of a
+    full ``make bench`` on two cores, 7% of a ``--quick`` one).
 
     >>> others = Others()
     >>> 0.0 <= others.share() <= 1.0
@@ -113,7 +117,12 @@ def _machine_busy_s() -> float:
 
 
 def _family_s() -> float:
-    """CPU seconds of this process and its live descendants, each with its ended children."""
+    """CPU seconds of this process and its live descendants, each with its ended children.
+
+    Every descendant, helpers included: :func:`.launch.processes.descendants`
+    leaves out multiprocessing's helpers, and the warm server is one; the
+    ranks it forked and reaped count in its ``children_*`` times.
+    """
     total = 0.0
     me = psutil.Process()
     for proc in [me, *me.children(recursive=True)]:
