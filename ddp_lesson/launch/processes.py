@@ -150,13 +150,23 @@ def is_helper(proc: psutil.Process) -> bool:
     script ended, is that launch's to wait for (it may still be exiting, its
     command line already gone, when the launch ends).
     """
+    return proc.pid in helper_pids()
+
+
+def helper_pids() -> set[int]:
+    """The pids of this process's multiprocessing helpers that are running (see :func:`is_helper`).
+
+    multiprocessing notes a helper's pid only once the helper has started, so
+    a look at the process tree in between sees it as an ordinary child; a
+    count of a launch's processes asks again at its end.
+    """
     from multiprocessing import forkserver, resource_tracker
 
     ours = {
         getattr(forkserver._forkserver, "_forkserver_pid", None),
         getattr(resource_tracker._resource_tracker, "_pid", None),
     }
-    return proc.pid in ours
+    return {pid for pid in ours if pid is not None}
 
 
 def descendants() -> list[psutil.Process]:

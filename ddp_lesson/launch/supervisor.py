@@ -636,6 +636,11 @@ class Supervisor:
         self._last_progress = self.channel.progress()  # for a view that polls after the end
         self._done.set()
         self._watcher.join()
+        # A warm server (or resource tracker) started by this launch can be seen
+        # by the watcher before multiprocessing notes its pid: it is not a rank.
+        helpers = processes.helper_pids()
+        with self._lock:
+            self._seen = {key: p for key, p in self._seen.items() if key[0] not in helpers}
         self._stop()  # whatever is left: the ranks' own children included
         # Orphans adopted during the launch (a script's resource tracker) that had
         # already ended before the stop are this process's zombies: collect them.
