@@ -154,7 +154,7 @@ def is_helper(proc: psutil.Process) -> bool:
 
 
 def helper_pids() -> set[int]:
-    """The pids of this process's multiprocessing helpers that are running (see :func:`is_helper`).
+    """The pids multiprocessing has noted for this process's helpers (see :func:`is_helper`).
 
     multiprocessing notes a helper's pid only once the helper has started, so
     a look at the process tree in between sees it as an ordinary child; a
