@@ -227,7 +227,7 @@ def test_a_warm_server_started_by_the_launch_is_not_counted_as_a_rank(tmp_path):
         "    print('started', run.started)\n"
     )
     said = launch.run_script(script, timeout_s=120)
-    assert "started 2" in said, said
+    assert "started 2" in said.splitlines(), said
 
 
 def test_a_script_in_a_temporary_folder_too_deep_for_a_socket_still_runs(tmp_path, deep_tempdir):
