@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 from launch_workers import faulty, healthy
 
 from ddp_lesson import launch
+from ddp_lesson.launch import processes
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -204,30 +205,15 @@ def test_warm_ranks_that_finish_at_once_are_still_counted():
         assert run.started == 2
 
 
-def test_a_warm_server_started_by_the_launch_is_not_counted_as_a_rank(tmp_path):
-    # the watcher can see the new server before multiprocessing has noted its pid;
-    # the script widens that moment so that the watcher always does
-    script = tmp_path / "first_warm_launch.py"
-    script.write_text(
-        "import sys\n"
-        "import time\n"
-        "from multiprocessing import util\n\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from launch_workers import faulty  # noqa: E402\n"
-        "from ddp_lesson import launch  # noqa: E402\n\n"
-        "spawnv_passfds = util.spawnv_passfds\n\n\n"
-        "def slowly_noted(*args):\n"
-        "    pid = spawnv_passfds(*args)\n"
-        "    time.sleep(0.5)\n"
-        "    return pid\n\n\n"
-        "if __name__ == '__main__':\n"
-        "    util.spawnv_passfds = slowly_noted\n"
-        "    with launch.bounded(2, timeout_s=60) as run:\n"
-        "        launch.start(faulty.prints, args=(2, run.port), nprocs=2)\n"
-        "    print('started', run.started)\n"
-    )
-    said = launch.run_script(script, timeout_s=120)
-    assert "started 2" in said.splitlines(), said
+def test_processes_a_rank_starts_are_stopped_but_not_counted_as_ranks():
+    # "Only N process(es) were started for a world of W" counts ranks; the launch's
+    # watcher sees each rank's own child, and stops it with the rest
+    with launch.bounded(2, timeout_s=60) as run:
+        launch.start(faulty.starts_a_child, args=(2, run.port), nprocs=2)
+    children = [r["child"] for r in run.reports]
+    assert len(set(children)) == 2
+    assert not any(processes.alive(pid) for pid in children)
+    assert run.started == 2
 
 
 def test_a_script_in_a_temporary_folder_too_deep_for_a_socket_still_runs(tmp_path, deep_tempdir):

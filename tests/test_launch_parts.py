@@ -151,6 +151,19 @@ def test_an_orphan_is_adopted_and_stopped_with_the_tree():
     assert not [p for p in processes.descendants() if "sleep" in p.name()]
 
 
+def test_adopting_orphans_starts_no_process(monkeypatch):
+    # every rank and every launch asks for it: a helper process (ldconfig, which
+    # ctypes.util.find_library runs) would be counted and stopped as theirs
+    def refused(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", refused)
+    monkeypatch.setattr(os, "posix_spawn", refused)
+    with processes.adopting_orphans() as supported:
+        pass
+    assert supported == sys.platform.startswith("linux")
+
+
 def test_a_rank_whose_launcher_is_gone_stops_even_while_its_output_pipe_blocks(tmp_path):
     # A rank forked while the kernel dies opens the launch's output pipe,
     # which blocks until a reader comes: none ever will. It must end anyway.

@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import shutil
 import signal
@@ -87,13 +86,23 @@ def alive(pid: int) -> bool:
 
 
 def _prctl() -> Callable | None:
+    """libc's ``prctl`` (Linux), found without starting a process.
+
+    ``ctypes.util.find_library`` runs ``ldconfig -p`` to find libc: a child
+    process in every rank and every launch, which a launch's watcher could
+    catch running and count. libc is already loaded into every Python
+    process, so its symbols are looked up there instead.
+    """
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    return getattr(libc, "prctl", None)
+    for name in (None, "libc.so.6"):  # this process's own symbols; libc by its usual name
+        try:
+            found = getattr(ctypes.CDLL(name, use_errno=True), "prctl", None)
+        except OSError:
+            continue
+        if found is not None:
+            return found
+    return None
 
 
 _lock = threading.Lock()
@@ -150,23 +159,13 @@ def is_helper(proc: psutil.Process) -> bool:
     script ended, is that launch's to wait for (it may still be exiting, its
     command line already gone, when the launch ends).
     """
-    return proc.pid in helper_pids()
-
-
-def helper_pids() -> set[int]:
-    """The pids multiprocessing has noted for this process's helpers (see :func:`is_helper`).
-
-    multiprocessing notes a helper's pid only once the helper has started, so
-    a look at the process tree in between sees it as an ordinary child; a
-    count of a launch's processes asks again at its end.
-    """
     from multiprocessing import forkserver, resource_tracker
 
     ours = {
         getattr(forkserver._forkserver, "_forkserver_pid", None),
         getattr(resource_tracker._resource_tracker, "_pid", None),
     }
-    return {pid for pid in ours if pid is not None}
+    return proc.pid in ours
 
 
 def descendants() -> list[psutil.Process]:

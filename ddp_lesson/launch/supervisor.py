@@ -271,7 +271,9 @@ class Supervisor:
             ranks (``MASTER_PORT``).
         reports: the ranks' reports, sorted by rank (filled when the block ends).
         elapsed_s: wall time of the block in seconds (filled when it ends).
-        started: how many rank processes ran during the launch.
+        started: how many processes the launch started: its ranks (not the
+            processes a rank starts itself), and for a whole program the
+            program and every process seen running below it.
         output: what the ranks printed (filled when it ends).
         timed_out: the deadline stopped the launch.
     """
@@ -636,11 +638,6 @@ class Supervisor:
         self._last_progress = self.channel.progress()  # for a view that polls after the end
         self._done.set()
         self._watcher.join()
-        # A warm server (or resource tracker) started by this launch can be seen
-        # by the watcher before multiprocessing notes its pid: it is not a rank.
-        helpers = processes.helper_pids()
-        with self._lock:
-            self._seen = {key: p for key, p in self._seen.items() if key[0] not in helpers}
         self._stop()  # whatever is left: the ranks' own children included
         # Orphans adopted during the launch (a script's resource tracker) that had
         # already ended before the stop are this process's zombies: collect them.
@@ -649,7 +646,12 @@ class Supervisor:
         for context in self._contexts:
             self._settle(context)
         with self._lock:
-            self.started = len({pid for pid, _ in self._seen} | set(self._rank_pids.values()))
+            # The ranks, known by pid, not what runs below them (a worker's own
+            # subprocess is not a rank). Below a whole program every process counts:
+            # which of them are its ranks only the program knows.
+            ranks = set(self._rank_pids.values())
+            below = {pid for pid, _ in self._seen} if self.commands else set()
+            self.started = len(ranks | below)
         self._close()
         self.elapsed_s = time.monotonic() - self._t0
 

@@ -318,10 +318,10 @@ def _ranks(kernel: int) -> list[psutil.Process]:
     """The kernel's ranks: its own children, or its warm server's, but not the helpers.
 
     Not a rank: the helpers the kernel starts beside them (its forkserver and
-    resource tracker), a process a rank starts itself (a short-lived tool
-    such as ldconfig is still a copy of the rank between its fork and its
-    exec), or a child of the kernel not yet past its exec (a copy of the
-    kernel's own command line).
+    resource tracker), a process a rank starts itself (a worker's own
+    subprocess is a copy of the rank between its fork and its exec), or a
+    child of the kernel not yet past its exec (a copy of the kernel's own
+    command line).
     """
     try:
         own = psutil.Process(kernel).cmdline()

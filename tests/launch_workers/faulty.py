@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -59,6 +61,13 @@ def fixed_port(rank, world_size, port):
 
 def prints(rank, world_size, port):
     print(f"hello from rank {rank}", flush=True)
+
+
+def starts_a_child(rank, world_size, port):
+    """Each rank starts a process of its own, left running, and reports its pid."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    time.sleep(0.5)  # long enough for the launch's watcher to see it
+    ddp_lesson.reports.send_report(rank, child=child.pid)
 
 
 def floods(rank, world_size, port):
