@@ -303,10 +303,13 @@ def test_a_torchrun_worker_runs_as_python_u_runs_it_forked_warm(
         "        return True\n\n"
         "if __name__ == '__main__':\n"
         "    rank = os.environ['RANK']\n"
-        "    print(f'rank {rank} argv', sys.argv[1:], 'first', sys.path[0] == "
-        f"{str(tmp_path)!r}, 'file', __file__ == {str(script)!r})\n"
-        "    print(f'rank {rank} warm', warm, 'threads', torch.get_num_threads(),"
-        " 'pauses', getattr(destroy_process_group, 'pauses', False))\n"
+        "    # one write a line: unbuffered, the two ranks' print() pieces interleave\n"
+        "    first, file = sys.path[0] == "
+        f"{str(tmp_path)!r}, __file__ == {str(script)!r}\n"
+        "    sys.stdout.write(f'rank {rank} argv {sys.argv[1:]} first {first} file {file}\\n')\n"
+        "    pauses = getattr(destroy_process_group, 'pauses', False)\n"
+        "    sys.stdout.write(f'rank {rank} warm {warm} threads {torch.get_num_threads()} "
+        "pauses {pauses}\\n')\n"
         f"    said, dying = {str(tmp_path / 'rank0-said')!r}, {str(tmp_path / 'rank1-pid')!r}\n"
         "    if rank == '0':\n"
         "        open(said, 'w').close()\n"
@@ -342,7 +345,8 @@ def test_a_torchrun_in_a_temporary_folder_too_deep_for_a_socket_starts_fresh_wor
     script.write_text(
         "import os\n"
         "parent = open(f'/proc/{os.getppid()}/cmdline').read()\n"
-        "print('rank', os.environ['RANK'], 'forked warm', 'multiprocessing.forkserver' in parent)\n"
+        "warm = 'multiprocessing.forkserver' in parent\n"
+        "print(f\"rank {os.environ['RANK']} forked warm {warm}\")  # one string: no interleaving\n"
     )
     run = elastic.torchrun(script, nproc_per_node=2, timeout_s=120)  # before: AF_UNIX path too long
     said = run.outputs[0]
