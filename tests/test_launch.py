@@ -200,7 +200,8 @@ def test_a_warm_launch_is_quicker_than_a_cold_one():
 
 
 def test_warm_ranks_that_finish_at_once_are_still_counted():
-    # forked ranks can come and go between two looks of the launch's watcher
+    # forked ranks can come and go between two looks of the launch's watcher, which
+    # then never sees them: the count comes from the pids the ranks started with
     for _ in range(5):
         with launch.bounded(2, timeout_s=60) as run:
             launch.start(faulty.prints, args=(2, run.port), nprocs=2)
