@@ -12,6 +12,7 @@ is NOT CHECKED, with what the code suggests.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass
 
@@ -542,7 +543,32 @@ def _notes(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> list[str
             f"this machine has {has}: the script's nccl ran as gloo and its cuda devices as "
             "the CPU; the devices each rank asked for are what was checked"
         )
-    return notes + _warnings(reading, outcome)
+    return notes + _files_notes(outcome) + _warnings(reading, outcome)
+
+
+def _shown_paths(paths: list[str], most: int = 5) -> str:
+    here = os.getcwd()
+    shown = [os.path.relpath(p, here) if p.startswith(here + os.sep) else p for p in paths]
+    more = f" and {len(shown) - most} more" if len(shown) > most else ""
+    return ", ".join(shown[:most]) + more
+
+
+def _files_notes(outcome: Outcome) -> list[str]:
+    """What the run wrote (kept aside), and what changed in the user's folders all the same."""
+    notes = []
+    if outcome.kept:
+        notes.append(
+            f"the script wrote or deleted {_shown_paths(outcome.kept)} during the run: the "
+            "doctor kept those changes in a folder of its own, deleted after the run, so "
+            "your files are as they were"
+        )
+    if outcome.touched:
+        notes.append(
+            f"{_shown_paths(outcome.touched)} changed during the run all the same: written by "
+            "a C library or a program the script started, which the doctor cannot redirect; "
+            "check them"
+        )
+    return notes
 
 
 def verdict(

@@ -62,6 +62,7 @@ from torch.utils.data import dataloader as _dataloader
 
 from .. import reports
 from ..launch import ranks
+from . import sandbox
 from .read import COLLECTIVES
 from .record import ProcessRecord, Settings
 
@@ -775,6 +776,7 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
     if _state["installed"]:
         return
     _state["installed"] = True
+    sandbox.install(sandbox.root(settings.folder), own_folders(settings))
     ranks.pause_after_destroy()  # recorded below, then the pause (a torch deadlock at teardown)
     c10d = sys.modules["torch.distributed.distributed_c10d"]
     for name, patched in (
@@ -800,6 +802,18 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
         _install_cpu_stand_ins(settings.gpus)
     else:
         _install_placement_record()
+
+
+def own_folders(settings: Settings) -> list[str]:
+    """Paths a diagnosed process writes for real: the launch's folders, torchrun's error file."""
+    from ..launch import FOLDER_PREFIX
+
+    # the doctor's folder lies beside the launch's (both in the doctor's temporary folder)
+    folders = [settings.folder, os.path.join(os.path.dirname(settings.folder), FOLDER_PREFIX)]
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        folders.append(os.path.dirname(os.path.abspath(error_file)))
+    return folders
 
 
 def rewire(namespace: dict) -> None:

@@ -50,6 +50,11 @@ class Outcome:
         codes: the exit code of each whole program started (the script, torchrun).
         stand_in: CUDA ran on the CPU (no GPU for every rank).
         gpus: the CUDA GPUs this machine has.
+        kept: the user's paths the run wrote or deleted, each kept in the
+            doctor's folder instead (:mod:`.sandbox`) and gone with it.
+        touched: paths in the working folder or the file's folder that
+            changed during the run all the same (written by a C library or
+            a program the file started, which the doctor cannot redirect).
     """
 
     ranks: list[ProcessRecord] = field(default_factory=list)
@@ -62,6 +67,8 @@ class Outcome:
     codes: list[int | None] = field(default_factory=list)
     stand_in: bool = False
     gpus: int = 0
+    kept: list[str] = field(default_factory=list)
+    touched: list[str] = field(default_factory=list)
 
 
 def describe(reading: Reading, world_size: int, args: Sequence) -> str:
@@ -81,9 +88,8 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
     import torch
 
     from .. import devices, launch
-    from ..launch import elastic
-    from ..launch.supervisor import FOLDER_PREFIX
-    from . import start
+    from ..launch import FOLDER_PREFIX, elastic
+    from . import sandbox, start
 
     if reading.mode != TORCHRUN:
         _warm_up()
@@ -98,6 +104,8 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
         gpus=torch.cuda.device_count(),
     )
     supervisor = None
+    mine = [os.getcwd(), os.path.dirname(path)]
+    before = sandbox.fingerprint(mine)
     quiet = io.StringIO()  # a launch prints what its ranks printed: kept in the outcome instead
     try:
         with contextlib.redirect_stdout(quiet):
@@ -145,7 +153,11 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
         outcome.ranks = _collect(Path(folder) / "ranks")
         scripts = _collect(Path(folder) / "script")
         outcome.script = scripts[0] if scripts else None
+        outcome.kept = sandbox.written(sandbox.root(folder))
         shutil.rmtree(folder, ignore_errors=True)
+        after = sandbox.fingerprint(mine)
+        changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+        outcome.touched = sorted(changed)
     if supervisor is not None:
         outcome.timed_out = supervisor.timed_out
         outcome.output = supervisor.output

@@ -119,6 +119,7 @@ def run_worker(index: int, settings: Settings, world_size: int, path: str, args:
     from ..sources import load
 
     probe.install(settings, index, nprocs=world_size)
+    sys.path.insert(0, os.path.dirname(path))  # its own modules beside it, as for a script
     try:
         module = load(path)
     except BaseException as error:

@@ -26,7 +26,7 @@ from .errors import LaunchError, LaunchInterrupted, LaunchTimeout
 from .processes import STOP_GRACE_S
 from .processes import descendants as child_processes
 from .scripts import run_script
-from .supervisor import Supervisor, active
+from .supervisor import FOLDER_PREFIX, Supervisor, active
 
 #: The object a ``with launch.bounded(...) as run:`` block gives.
 Run = Supervisor
@@ -122,6 +122,7 @@ def run_ranks(
 
 
 __all__ = [
+    "FOLDER_PREFIX",
     "LaunchError",
     "OUTPUT_KEPT_BYTES",
     "LaunchInterrupted",
