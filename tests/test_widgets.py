@@ -8,8 +8,10 @@ would fail.
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +21,8 @@ from torch.utils.data.distributed import DistributedSampler
 from ddp_lesson import devices, launch, reports
 from ddp_lesson import views as widgets
 from ddp_lesson.views import runs as probes
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def sampler_says(size, world_size, epoch=0, shuffle=True, seed=0, drop_last=False):
@@ -320,6 +324,42 @@ def test_quiz_reveal_is_readable_without_a_kernel():
     page = make_quiz().renderings()[0].data
     assert "<code>rank</code>" in page
     assert "<details><summary>Reveal the answer</summary><p><b>B.</b>" in page
+
+
+QUIZ_FILES = sorted((ROOT / "ddp_lesson" / "views" / "quizzes").glob("*.toml"))
+
+
+def _quiz_cells(notebook: Path) -> list[str]:
+    cells = json.loads(notebook.read_text())["cells"]
+    return ["".join(c["source"]) for c in cells if "Quiz" in "".join(c["source"])]
+
+
+@pytest.mark.parametrize("path", QUIZ_FILES, ids=lambda p: p.stem)
+def test_every_quiz_of_a_data_file_is_well_formed_and_asked_by_its_notebook(path):
+    from ddp_lesson.views.quiz import quizzes_of
+
+    notebook = ROOT / "notebooks" / f"{path.stem}.ipynb"
+    assert notebook.exists(), f"{path.name} names no lesson notebook"
+    asked = " ".join(_quiz_cells(notebook))
+    for key in quizzes_of(path.stem):
+        quiz = widgets.Quiz.named(path.stem, key)  # the constructor's own checks
+        assert set(quiz.hints) <= set(range(len(quiz.choices))) - {quiz.answer}, key
+        assert f'Quiz.named("{path.stem}", "{key}")' in asked, f"{key} is never asked"
+
+
+def test_no_notebook_shows_a_quiz_answer_above_its_buttons():
+    for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for source in _quiz_cells(notebook):
+            if "Quiz(" in source or "Quiz.named(" in source:
+                assert not re.search(r"\b(answer|explanation|hints)\s*=", source), notebook.name
+                assert "Quiz(" not in source, f"{notebook.name}: a quiz written in its cell"
+
+
+def test_an_unknown_quiz_names_what_there_is():
+    with pytest.raises(KeyError, match="where_rank_comes_from"):
+        widgets.Quiz.named("02_spawn", "no_such_quiz")
+    with pytest.raises(FileNotFoundError, match="02_spawn"):
+        widgets.Quiz.named("99_nothing", "x")
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping, Sequence
+from importlib import resources
 
 import ipywidgets as ipw
 
@@ -14,7 +16,8 @@ class Quiz(View):
 
     The question, the lettered choices and a collapsed answer are plain HTML
     (readable without a kernel); the widget lets the learner pick a letter
-    and check it.
+    and check it. A lesson builds its quizzes with :meth:`named`, from a
+    data file, so that the answer is not in the cell above the buttons.
 
     Args:
         question: the question, `backticks` for code.
@@ -56,6 +59,24 @@ class Quiz(View):
         self.check_button.on_click(lambda _: self.check())
         self.box = ipw.VBox([ipw.HBox([self.picker, self.check_button]), self.message])
 
+    @classmethod
+    def named(cls, notebook: str, key: str) -> Quiz:
+        """The quiz ``key`` of a notebook, from ``ddp_lesson/views/quizzes/<notebook>.toml``.
+
+        Args:
+            notebook: the lesson's file name without ``.ipynb`` (``"02_spawn"``).
+            key: the quiz's table in that file.
+
+        >>> Quiz.named("02_spawn", "where_rank_comes_from").choices[1][:10]
+        '`mp.spawn`'
+        """
+        quizzes = quizzes_of(notebook)
+        if key not in quizzes:
+            raise KeyError(f"{notebook}.toml has no quiz {key!r}; it has {sorted(quizzes)}")
+        entry = dict(quizzes[key])
+        entry["hints"] = {int(k): v for k, v in entry.get("hints", {}).items()}
+        return cls(**entry)
+
     def label(self) -> str:
         return f"Quiz: {self.question}"
 
@@ -84,3 +105,13 @@ class Quiz(View):
             f"{inline(self.explanation)}</p></details>"
         )
         return [html_block(body, "ddp-quiz")]
+
+
+def quizzes_of(notebook: str) -> dict[str, dict]:
+    """Every quiz of a notebook, as its data file holds them: ``{key: fields}``."""
+    folder = resources.files(__package__) / "quizzes"
+    path = folder / f"{notebook}.toml"
+    if not path.is_file():
+        have = sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+        raise FileNotFoundError(f"no quizzes for notebook {notebook!r}; these have some: {have}")
+    return tomllib.loads(path.read_text(encoding="utf-8"))
