@@ -30,7 +30,7 @@ LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(6, (os.cpu_count() or 1) + 1))')
 PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: lab test install install-test lint exercises notebooks colab-cells gpu-check soak durations bench clean
+.PHONY: lab test install install-test lint exercises notebooks colab-cells course-map gpu-check soak durations bench clean
 
 lab: $(LAB_STAMP)  ## open the course in JupyterLab (listens on 127.0.0.1 only)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. $(LAB_ROOT) $(LAB_ARGS) \
@@ -41,7 +41,7 @@ test: $(TEST_STAMP) lint  ## unit tests, doctests, every notebook under nbval, e
 	$(BIN)/python -m pytest $(PARALLEL)
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check conftest.py ddp_lesson tests notebooks solutions bench tools
+	$(BIN)/ruff check conftest.py ddp_lesson tests notebooks solutions bench tools scripts
 
 exercises: $(LAB_STAMP)  ## regenerate exercises/ from solutions/ (never overwrites a learner's edits)
 	$(BIN)/python -m ddp_lesson.exercises
@@ -70,6 +70,9 @@ notebooks: $(LAB_STAMP)  ## re-run the lessons and save their outputs (what nbva
 
 colab-cells:  ## put the current Colab badge and set-up cell at the top of every lesson notebook
 	$(PYTHON) tools/colab_cells.py
+
+course-map:  ## rewrite the course map (README, 00) and each lesson's time line and "Where next" cell
+	$(PYTHON) tools/course_map.py
 
 gpu-check: $(TEST_STAMP)  ## run every lesson and solution notebook here, compare with the committed outputs
 	$(BIN)/python tools/gpu_check.py $(GPU_CHECK_ARGS)

@@ -148,10 +148,20 @@ def clean_temporary_folder(pytestconfig):
 FIXED_PORT = 12355
 
 
+#: Seconds nbval waits for a kernel's next message once its cell has replied
+#: (nbval's own default is 5). The messages normally come at once; on a machine
+#: whose cores are busy with other work a gap of seconds happens, and it is not
+#: a failure of the notebook. The kernel's start has its own margin, in
+#: pyproject.toml's ``--nbval-kernel-startup-timeout``.
+NBVAL_OUTPUT_WAIT_S = 60
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.suffix == ".ipynb" and binds_fixed_port(item.path):
             item.add_marker("fixed_port")
+        if hasattr(item, "output_timeout"):  # an nbval cell
+            item.output_timeout = NBVAL_OUTPUT_WAIT_S
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: see longest_first
         longest_first(items, read_durations(DURATIONS))
 

@@ -63,9 +63,12 @@ def flat_gradients(model: nn.Module) -> torch.Tensor:
 def buffer_sync(flag: bool) -> dict[str, bool]:
     """DDP's option that copies rank 0's buffers at every forward, spelled as this torch spells it.
 
-    torch 2.13 renamed ``broadcast_buffers`` to ``forward_sync_buffers``; an
-    older torch (Colab's, for one) knows only the old name. Either way the
-    option does the same: ``DDP(model, **buffer_sync(False))``.
+    torch 2.13 added ``forward_sync_buffers`` in place of ``broadcast_buffers``;
+    an older torch (Colab's, for one) knows only the old name:
+    ``DDP(model, **buffer_sync(False))``. The two differ when off: the old
+    ``broadcast_buffers=False`` also skips the constructor's broadcast of
+    buffers, so each rank starts from its own; ``forward_sync_buffers=False``
+    only stops the copy at each forward.
 
     >>> list(buffer_sync(False).values())
     [False]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 import colab_cells  # noqa: E402
+import course_map  # noqa: E402
 import course_meta  # noqa: E402
 import gpu_check  # noqa: E402
 import install_course  # noqa: E402
@@ -179,6 +181,19 @@ def test_install_torch_failure_names_the_way_out(pip_world):
 
 # -- the Colab badge and set-up cell -----------------------------------------------
 LESSONS = colab_cells.lesson_notebooks()
+
+
+def test_the_course_map_its_head_lines_and_next_links_are_current():
+    assert course_map.main(["--check"]) == 0, "run: python tools/course_map.py"
+    for path in LESSONS:
+        cells = json.loads(path.read_text())["cells"]
+        head = "".join(next(c for c in cells if c.get("id") == course_map.HEAD_ID)["source"])
+        assert f"About {course_map.minutes(path)} minutes" in head
+        assert cells[-1]["id"] == course_map.NEXT_ID, f"{path.name} does not end with its links"
+        for link in re.findall(r"\]\(([^)]+\.ipynb)\)", "".join(cells[-1]["source"])):
+            assert (path.parent / link).resolve().exists(), f"{path.name}: {link} is missing"
+    mapped = (ROOT / "README.md").read_text()
+    assert all(f"notebooks/{p.name}" in mapped for p in LESSONS)
 
 
 def test_every_lesson_has_the_current_badge_and_setup_cell():
