@@ -188,7 +188,8 @@ def _judge_data(ranks, shown, fine) -> None:
             )
             _add(shown, "data_division", text, line)
             continue
-        mine = per_rank[0]
+        # the epochs that trained: a look at one batch (next(iter(loader))) is no epoch
+        mine = [e for e in per_rank[0] if e["trained"]] or per_rank[0]
         repeats = [
             e for e in mine[1:] if e["indices"] == mine[0]["indices"] and len(e["indices"]) > 1
         ]

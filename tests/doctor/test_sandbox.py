@@ -103,7 +103,7 @@ STYLES = {
     "spawn": '''
 def main(rank, world_size):
     os.environ["MASTER_ADDR"] = "localhost"
-    os.environ["MASTER_PORT"] = "12355"
+    os.environ["MASTER_PORT"] = "29533"  # (the doctor meets on a port of its own)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     train(rank)
     dist.destroy_process_group()

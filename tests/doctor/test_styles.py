@@ -49,6 +49,7 @@ SAYS = {
     "node_rank": {"process_group": "both claimed rank 0"},
     "config_world": {"spawning": "for a world of 4"},
     "shared_data": {"data_division": "overlap between ranks 100%"},
+    "peek_first": {"data_division": "a new order in each of 3 epochs"},
 }
 
 #: Command-line arguments a script is diagnosed with.
