@@ -1,9 +1,11 @@
-"""Joining a launch's process group from the course's own rank-side code.
+"""Joining a launch's process group: the lesson's ``ddp_setup``, and the course's own.
 
-The lesson's workers write their ``ddp_setup`` in full, in the notebook,
-as the lesson teaches it. The course's own rank-side code (the exercises'
-probes, the views' runs, the benchmark) does the same steps through this
-one function, in the same order.
+``03_process_group`` writes :func:`ddp_setup` in full where it teaches it;
+the lesson's later workers import it from here, word for word the same
+(``tests/test_project.py`` keeps the two equal), so a learner reads it
+once. The course's own rank-side code (the exercises' probes, the views'
+runs, the benchmark) joins through :func:`join`: the same steps, then a
+barrier.
 """
 
 from __future__ import annotations
@@ -12,11 +14,24 @@ import os
 from datetime import timedelta
 
 import torch
+from torch.distributed import init_process_group
 
 from .devices import device_for
 
-#: Seconds a rank waits for the others to join, or at a collective.
-GROUP_TIMEOUT_S = 30
+
+def ddp_setup(rank, world_size, port):
+    # 1. where the main node listens (the lesson: "localhost", "12355")
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    # 4. this rank's device, chosen before the group so NCCL binds to it
+    device = device_for(rank, world_size)  # cuda:rank, or the CPU
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    # 2 and 3. create the group and join it as `rank` of `world_size`
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    init_process_group(backend, rank=rank, world_size=world_size,
+                       timeout=timedelta(seconds=30))
+    return device
 
 
 def join(rank: int, world_size: int, port: int) -> torch.device:
@@ -36,14 +51,7 @@ def join(rank: int, world_size: int, port: int) -> torch.device:
     """
     import torch.distributed as dist
 
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    device = device_for(rank, world_size)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(
-        backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=GROUP_TIMEOUT_S)
-    )
+    device = ddp_setup(rank, world_size, port)
     dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
     return device
 

@@ -261,7 +261,7 @@ def test_a_slurm_script_that_disagrees_with_the_worker_is_refused(workers, old, 
 def test_stage_diff_comes_from_the_notebooks():
     diff = sources.diff("06", "08")
     assert "+def ddp_setup():" in diff
-    assert "-def ddp_setup(rank, world_size, port):" in diff
+    assert "-from ddp_lesson.group import ddp_setup  # 03_process_group's, word for word" in diff
     with pytest.raises(ValueError, match="two digits"):
         sources.worker_source("6")
     with pytest.raises(LookupError, match="writes workers/stage_07.py"):

@@ -170,6 +170,27 @@ def test_stage_notebook_writes_its_worker_and_spawns_it(stage):
     assert "nprocs=world_size" in launch_cell
 
 
+def test_ddp_setup_is_written_where_it_is_taught_and_imported_after():
+    """03 writes ddp_setup, 08 its torchrun form; later workers import 03's, unchanged."""
+    import inspect
+
+    from ddp_lesson import group
+
+    written = {}
+    for path in LESSONS:
+        for cell in cells(path):
+            source = "".join(cell["source"])
+            if source.startswith("%%writefile") and "def ddp_setup(" in source:
+                written[source.split()[1]] = source
+    assert sorted(written) == [
+        "workers/ddp_train.py", "workers/stage_03.py", "workers/stage_08.py",
+        "workers/stage_09.py",
+    ], sorted(written)  # fmt: skip
+    taught = re.search(r"def ddp_setup\(rank.*?    return device\n", written["workers/stage_03.py"],
+                       re.S)[0]  # fmt: skip
+    assert taught == inspect.getsource(group.ddp_setup), "03's ddp_setup and group's differ"
+
+
 def test_nbval_ignores_only_with_a_reason():
     for path in LESSONS:
         for cell in cells(path):

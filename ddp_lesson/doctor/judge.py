@@ -544,7 +544,7 @@ def _notes(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> list[str
             f"this machine has {has}: the script's nccl ran as gloo and its cuda devices as "
             "the CPU; the devices each rank asked for are what was checked"
         )
-    return notes + _files_notes(outcome) + _warnings(reading, outcome)
+    return notes + _files_notes(reading, outcome) + _warnings(reading, outcome)
 
 
 def _shown_paths(paths: list[str], most: int = 5) -> str:
@@ -554,8 +554,10 @@ def _shown_paths(paths: list[str], most: int = 5) -> str:
     return ", ".join(shown[:most]) + more
 
 
-def _files_notes(outcome: Outcome) -> list[str]:
-    """What the run wrote (kept aside), and what changed in the user's folders all the same."""
+def _files_notes(reading: Reading, outcome: Outcome) -> list[str]:
+    """What the run wrote (kept aside), and the programs it started (whose writes were not)."""
+    from .sandbox import programs_started
+
     notes = []
     if outcome.kept:
         notes.append(
@@ -563,11 +565,12 @@ def _files_notes(outcome: Outcome) -> list[str]:
             "doctor kept those changes in a folder of its own, deleted after the run, so "
             "your files are as they were"
         )
-    if outcome.touched:
+    started = programs_started("\n".join(reading.sources)) if reading.sources else []
+    if started:
+        where = ", ".join(map(str, started))
         notes.append(
-            f"{_shown_paths(outcome.touched)} changed during the run all the same: written by "
-            "a C library or a program the script started, which the doctor cannot redirect; "
-            "check them"
+            f"the script starts other programs (line {where}): the doctor keeps the script's "
+            "own writes out of your folders, but not what those programs write"
         )
     return notes
 

@@ -52,9 +52,6 @@ class Outcome:
         gpus: the CUDA GPUs this machine has.
         kept: the user's paths the run wrote or deleted, each kept in the
             doctor's folder instead (:mod:`.sandbox`) and gone with it.
-        touched: paths in the working folder or the file's folder that
-            changed during the run all the same (written by a C library or
-            a program the file started, which the doctor cannot redirect).
     """
 
     ranks: list[ProcessRecord] = field(default_factory=list)
@@ -68,7 +65,6 @@ class Outcome:
     stand_in: bool = False
     gpus: int = 0
     kept: list[str] = field(default_factory=list)
-    touched: list[str] = field(default_factory=list)
 
 
 def describe(reading: Reading, world_size: int, args: Sequence) -> str:
@@ -104,8 +100,6 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
         gpus=torch.cuda.device_count(),
     )
     supervisor = None
-    mine = [os.getcwd(), os.path.dirname(path)]
-    before = sandbox.fingerprint(mine)
     quiet = io.StringIO()  # a launch prints what its ranks printed: kept in the outcome instead
     try:
         with contextlib.redirect_stdout(quiet):
@@ -155,9 +149,6 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
         outcome.script = scripts[0] if scripts else None
         outcome.kept = sandbox.written(sandbox.root(folder))
         shutil.rmtree(folder, ignore_errors=True)
-        after = sandbox.fingerprint(mine)
-        changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
-        outcome.touched = sorted(changed)
     if supervisor is not None:
         outcome.timed_out = supervisor.timed_out
         outcome.output = supervisor.output

@@ -23,8 +23,9 @@ The layer covers Python's own ways of touching files: ``open`` (and
 built on them), the ``os`` functions that create, change or delete a
 path, ``shutil.rmtree``, and ``torch.save``, whose C++ writer opens the
 path itself. A C library or another program the script starts writes
-where it likes: :func:`fingerprint` lets the doctor notice that and say
-so. Python stops writing ``__pycache__`` folders next to the script too.
+where it likes: :func:`programs_started` finds the lines that start a
+program, and the doctor says so. Python stops writing ``__pycache__``
+folders next to the script too.
 
 Example (in a process of the doctor's, never in the course's own)::
 
@@ -39,7 +40,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 #: Paths used as they are, whatever the script does.
 SYSTEM = ("/dev", "/proc", "/sys")
@@ -423,28 +424,31 @@ def written(root: str) -> list[str]:
     return sorted(found)
 
 
-def fingerprint(folders: Iterable[str], limit: int = 5000) -> dict[str, tuple]:
-    """Name, kind, size and modification time of what lies in ``folders`` (at most ``limit``).
+#: Calls that start another program, whose writes no Python layer can see.
+STARTERS = {
+    ("subprocess", "run"), ("subprocess", "call"), ("subprocess", "check_call"),
+    ("subprocess", "check_output"), ("subprocess", "Popen"), ("os", "system"),
+    ("os", "popen"), ("os", "posix_spawn"), ("os", "posix_spawnp"),
+}
 
-    The doctor compares a fingerprint from before a run with one from
-    after: a difference is a write the layer could not redirect.
+
+def programs_started(source: str) -> list[int]:
+    r"""The lines of ``source`` that start another program (``subprocess.run``, ``os.system``...).
+
+    What such a program writes is not redirected: the doctor says so.
+
+    >>> programs_started("import os\nos.system('cp a b')\nprint(1)")
+    [2]
     """
-    seen: dict[str, tuple] = {}
-    queue = [os.path.abspath(f) for f in folders]
-    while queue and len(seen) < limit:
-        folder = queue.pop(0)
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            seen[entry.path] = (stat.S_IFMT(info.st_mode), info.st_size, info.st_mtime_ns)
-            if entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
-                queue.append(entry.path)
-            if len(seen) >= limit:
-                break
-    return seen
+    import ast
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            name = owner.id if isinstance(owner, ast.Name) else None
+            if (name, node.func.attr) in STARTERS or (
+                name == "os" and node.func.attr.startswith(("spawn", "exec"))
+            ):
+                lines.append(node.lineno)
+    return sorted(set(lines))

@@ -58,7 +58,7 @@ def bounded(
         threads_per_rank: torch threads for each rank; defaults to
             :data:`ddp_lesson.devices.THREADS_PER_RANK` (1).
         warm: ``False`` starts every rank as a fresh interpreter, as plain
-            ``mp.spawn`` does (seconds per launch; ``10_performance``
+            ``mp.spawn`` does (seconds per launch; ``make bench``
             measures both).
 
     Returns:

@@ -186,11 +186,12 @@ def test_a_diagnosis_leaves_the_users_folder_as_it_was(style, where, tmp_path, m
     assert state(tmp_path) == here_before, shown
     notes = " ".join(result.notes)
     assert "checkpoint.pt" in notes and "your files are as they were" in notes, shown
-    assert "changed during the run all the same" not in notes, shown
     assert not list(folder.rglob("__pycache__")), "the run wrote Python's byte-code cache"
 
 
-def test_a_write_the_doctor_cannot_redirect_is_reported(tmp_path, monkeypatch):
+def test_a_program_the_script_starts_is_named_since_its_writes_are_not_kept_aside(
+    tmp_path, monkeypatch
+):
     folder = user_folder(tmp_path)
     script = folder / "shell.py"
     script.write_text(
@@ -206,16 +207,18 @@ def test_a_write_the_doctor_cannot_redirect_is_reported(tmp_path, monkeypatch):
             dist.init_process_group("gloo", rank=rank, world_size=world_size)
             model = DDP(torch.nn.Linear(2, 1))
             model(torch.ones(1, 2)).sum().backward()
-            if rank == 0:  # another program writes where it likes
-                subprocess.run(["sh", "-c", "echo overwritten > checkpoint.pt"], check=True)
+            if rank == 0:  # another program, which reads the user's file
+                subprocess.run(["cat", "train.log"], check=True, capture_output=True)
             dist.destroy_process_group()
         ''')
     )
     monkeypatch.chdir(folder)
     result = doctor.diagnose(script, 2)
     notes = " ".join(result.notes)
-    assert "checkpoint.pt changed during the run all the same" in notes, str(result)
-    assert "cannot redirect" in notes
+    lines = script.read_text().splitlines()
+    line = 1 + next(i for i, text in enumerate(lines) if "subprocess.run" in text)
+    assert f"starts other programs (line {line})" in notes, str(result)
+    assert "not what those programs write" in notes
 
 
 #: The layer's rules, each checked in a process of its own (installing is for good).
