@@ -12,6 +12,7 @@ import argparse
 import os
 import socket
 import sys
+import time
 
 import torch
 import torch.multiprocessing as mp
@@ -96,6 +97,10 @@ def main(rank, world_size, port, epochs, batch_size):
     if rank == 0:
         print(f"test accuracy {evaluate(model, device):.4f}")
     destroy_process_group()
+    # A workaround for a torch problem (gloo): the last all-reduce is freed
+    # by a gloo thread that needs Python's lock, while freeing `model` when
+    # main returns waits for that thread; the sleep lets it finish first.
+    time.sleep(0.05)
 
 
 def free_port():

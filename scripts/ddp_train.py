@@ -12,6 +12,7 @@ with the same --checkpoint goes on from the last complete epoch.
 import argparse
 import os
 import socket
+import time
 from datetime import timedelta
 
 import torch
@@ -113,6 +114,11 @@ def run(args):
             print(f"test accuracy {evaluate(model, device):.4f}")
     finally:
         dist.destroy_process_group()
+        # A workaround for a torch problem (gloo): the last all-reduce is
+        # freed by a gloo thread that needs Python's lock, while freeing
+        # `model` as run returns waits for that thread; the sleep lets it
+        # finish first.
+        time.sleep(0.05)
 
 
 def spawned(rank, world_size, port, args):

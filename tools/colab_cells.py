@@ -139,25 +139,33 @@ def updated(path: Path, root: Path = ROOT) -> str:
     return dumps(result)
 
 
+def write_or_check(targets, check: bool, tool: str) -> int:
+    """Write each ``(path, text)`` whose file differs, or with ``check`` only report them.
+
+    Returns the exit code: 1 when ``check`` finds a file that is not current.
+    """
+    stale = []
+    for path, text in targets:
+        if text == path.read_text(encoding="utf-8"):
+            continue
+        stale.append(path.name)
+        if not check:
+            path.write_text(text, encoding="utf-8")
+    if check and stale:
+        print(f"not current: {', '.join(stale)}; run: python tools/{tool}")
+        return 1
+    verb = "would update" if check else "updated"
+    print(f"{verb} {', '.join(stale)}" if stale else "everything is current")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
     parser.add_argument("--root", type=Path, default=ROOT, help="the course's checkout")
     args = parser.parse_args(argv)
-    stale = []
-    for path in lesson_notebooks(args.root):
-        text = updated(path, args.root)
-        if text == path.read_text(encoding="utf-8"):
-            continue
-        stale.append(path.name)
-        if not args.check:
-            path.write_text(text, encoding="utf-8")
-    if args.check and stale:
-        print(f"not current: {', '.join(stale)}; run: python tools/colab_cells.py")
-        return 1
-    verb = "would update" if args.check else "updated"
-    print(f"{verb} {len(stale)} notebook(s)" if stale else "every lesson notebook is current")
-    return 0
+    targets = [(path, updated(path, args.root)) for path in lesson_notebooks(args.root)]
+    return write_or_check(targets, args.check, "colab_cells.py")
 
 
 if __name__ == "__main__":

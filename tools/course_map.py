@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from colab_cells import dumps, lesson_notebooks, lines  # noqa: E402
+from colab_cells import dumps, lesson_notebooks, lines, write_or_check  # noqa: E402
 from course_meta import ROOT  # noqa: E402
 
 HEAD_ID, NEXT_ID, MAP_ID = "course-map-head", "course-map-next", "course-map"
@@ -174,21 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if sorted(LESSONS) != [p.stem for p in lesson_notebooks(args.root)]:
         raise SystemExit("LESSONS in tools/course_map.py must list every lesson notebook")
-    stale = []
     targets = [(p, updated_notebook(p, args.root)) for p in lesson_notebooks(args.root)]
     targets.append((args.root / "README.md", updated_readme(args.root)))
-    for path, text in targets:
-        if text != path.read_text(encoding="utf-8"):
-            stale.append(path.name)
-            if not args.check:
-                path.write_text(text, encoding="utf-8")
-    if args.check and stale:
-        print(f"not current: {', '.join(stale)}; run: python tools/course_map.py")
-        return 1
-    verb = "would update" if args.check else "updated"
-    print(f"{verb} {', '.join(stale)}" if stale else "the course map is current")
-    return 0
-
+    return write_or_check(targets, args.check, "course_map.py")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -170,3 +170,34 @@ def run_all(page) -> None:
                 return
             time.sleep(0.5)
     raise AssertionError("Run All Cells did not start the notebook's cells")
+
+
+@contextlib.contextmanager
+def running_notebook(url: str, token: str, name: str, *, height: int = 1000,
+                     failure: str = "failure.png") -> Iterator:
+    """Open notebook ``name`` of the server at ``url`` in Chromium and run all its cells.
+
+    Yields the page while the cells run. When the test fails, a screenshot
+    of the whole page goes to ``tests/artifacts/<failure>`` and the stderr
+    outputs in the page are printed; the browser is closed either way.
+    Start the notebook's kernel first (:func:`start_kernel`).
+    """
+    sync_api = pytest.importorskip("playwright.sync_api")
+    browser_path = chromium()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": height})
+        try:
+            page.goto(f"{url}/lab/tree/{name}?token={token}")
+            page.locator(".jp-Notebook").first.wait_for(timeout=60_000)
+            wait_for_kernel(page)
+            run_all(page)
+            yield page
+        except Exception:
+            # what the page showed when it went wrong, for the CI log and artifacts
+            page.screenshot(path=str(ARTIFACTS / failure), full_page=True)
+            errors = page.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+            print("stderr outputs in the page:", errors.all_inner_texts())
+            raise
+        finally:
+            browser.close()

@@ -19,16 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab import (
-    ARTIFACTS,
-    CHROMIUM_FLAGS,
-    RUN_ALL_S,
-    chromium,
-    jupyterlab,
-    run_all,
-    start_kernel,
-    wait_for_kernel,
-)
+from lab import ARTIFACTS, RUN_ALL_S, jupyterlab, running_notebook, start_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "11_overlap.ipynb"
@@ -76,38 +67,23 @@ def _picture(view) -> str:
 
 
 def test_overlap_picture_is_drawn_from_a_real_launch_and_follows_its_controls(no_leftovers, lab):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    browser_path = chromium()
     url, token = lab
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1200})
-            page.goto(f"{url}/lab/tree/{NAME}?token={token}")
-            page.locator(".jp-Notebook").first.wait_for(timeout=60_000)
-            wait_for_kernel(page)
-            run_all(page)
-            facts = page.locator(".ddp-overlap").first
-            facts.get_by_text("last layer first").wait_for(timeout=RUN_ALL_S * 1000)
-            assert "2 all-reduce(s) in the step" in facts.inner_text()
-            first = _picture(facts)
-            assert first.startswith("data:image/png")
+    with running_notebook(url, token, NAME, height=1200, failure="overlap-failure.png") as page:
+        facts = page.locator(".ddp-overlap").first
+        facts.get_by_text("last layer first").wait_for(timeout=RUN_ALL_S * 1000)
+        assert "2 all-reduce(s) in the step" in facts.inner_text()
+        first = _picture(facts)
+        assert first.startswith("data:image/png")
 
-            controls = page.locator(".ddp-overlap-view")
-            controls.locator(".ddp-how select").select_option("per parameter")
-            controls.locator(".ddp-run").click()
-            facts.get_by_text("6 all-reduce(s) in the step").wait_for(timeout=120_000)
-            deadline = time.monotonic() + 30  # the facts are replaced first, then the picture
-            while (second := _picture(facts)) == first and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert second.startswith("data:image/png") and second != first
-            # the view's controls at the top of the page, its facts and picture below them
-            controls.evaluate("view => view.scrollIntoView({block: 'start'})")
-            page.screenshot(path=str(ARTIFACTS / "overlap-picture.png"))
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "overlap-failure.png"), full_page=True)
-            errors = page.locator("[data-mime-type='application/vnd.jupyter.stderr']")
-            print("stderr outputs in the page:", errors.all_inner_texts())
-            raise
-        finally:
-            browser.close()
+        controls = page.locator(".ddp-overlap-view")
+        controls.locator(".ddp-how select").select_option("per parameter")
+        controls.locator(".ddp-run").click()
+        facts.get_by_text("6 all-reduce(s) in the step").wait_for(timeout=120_000)
+        deadline = time.monotonic() + 30  # the facts are replaced first, then the picture
+        while (second := _picture(facts)) == first and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert second.startswith("data:image/png") and second != first
+        # the view's controls at the top of the page, its facts and picture below them
+        controls.evaluate("view => view.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(ARTIFACTS / "overlap-picture.png"))
+

@@ -20,16 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab import (
-    ARTIFACTS,
-    CHROMIUM_FLAGS,
-    RUN_ALL_S,
-    chromium,
-    jupyterlab,
-    run_all,
-    start_kernel,
-    wait_for_kernel,
-)
+from lab import ARTIFACTS, RUN_ALL_S, jupyterlab, running_notebook, start_kernel
 
 from ddp_lesson import data
 
@@ -71,51 +62,35 @@ def _type(page, control: str, value: str) -> None:
 
 
 def test_explorer_follows_controls_in_jupyterlab(no_leftovers, lab):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    browser_path = chromium()
     url, token = lab
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            start_kernel(url, token, "04_sampler.ipynb")
-            page.goto(f"{url}/lab/tree/04_sampler.ipynb?token={token}")
-            page.locator(".jp-Notebook").first.wait_for(timeout=60_000)
-            wait_for_kernel(page)
-            run_all(page)
-            # the last lesson cell launches real ranks to verify the explorer
-            verified = page.locator(".ddp-verified")
-            verified.wait_for(timeout=RUN_ALL_S * 1000)
-            assert "Verified by a real launch" in verified.inner_text()
+    start_kernel(url, token, "04_sampler.ipynb")
+    with running_notebook(url, token, "04_sampler.ipynb") as page:
+        # the last lesson cell launches real ranks to verify the explorer
+        verified = page.locator(".ddp-verified")
+        verified.wait_for(timeout=RUN_ALL_S * 1000)
+        assert "Verified by a real launch" in verified.inner_text()
 
-            explorer = page.locator(".ddp-sampler-explorer")
-            explorer.scroll_into_view_if_needed()
-            _expect_partition(page, data.sampler_partition(11, 2, epoch=1))
+        explorer = page.locator(".ddp-sampler-explorer")
+        explorer.scroll_into_view_if_needed()
+        _expect_partition(page, data.sampler_partition(11, 2, epoch=1))
 
-            _type(page, "ddp-world-size", "3")
-            _expect_partition(page, data.sampler_partition(11, 3, epoch=1))
-            _type(page, "ddp-epoch", "2")
-            after = data.sampler_partition(11, 3, epoch=2)
-            _expect_partition(page, after)
-            marks = page.locator(".ddp-partition .ddp-marks").inner_text()
-            assert f"repeated as padding: {data.padding_of(after, 11)['repeated']}" in marks
+        _type(page, "ddp-world-size", "3")
+        _expect_partition(page, data.sampler_partition(11, 3, epoch=1))
+        _type(page, "ddp-epoch", "2")
+        after = data.sampler_partition(11, 3, epoch=2)
+        _expect_partition(page, after)
+        marks = page.locator(".ddp-partition .ddp-marks").inner_text()
+        assert f"repeated as padding: {data.padding_of(after, 11)['repeated']}" in marks
 
-            page.locator(".ddp-partition").first.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / "partition-explorer.png"))
-            # the button's whole label shows beside the controls, not "verify with a real l..."
-            button = page.locator(".ddp-sampler-explorer .ddp-verify")
-            assert button.evaluate("b => b.scrollWidth <= b.clientWidth"), "label cut off"
+        page.locator(".ddp-partition").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "partition-explorer.png"))
+        # the button's whole label shows beside the controls, not "verify with a real l..."
+        button = page.locator(".ddp-sampler-explorer .ddp-verify")
+        assert button.evaluate("b => b.scrollWidth <= b.clientWidth"), "label cut off"
 
-            # bad input: a message in the widget, and the drawing stays as it was
-            _type(page, "ddp-world-size", "0")
-            message = page.locator(".ddp-sampler-explorer .ddp-message")
-            message.get_by_text("world size must be >= 1").wait_for(timeout=30_000)
-            _expect_partition(page, after)
-        except Exception:
-            # what the page showed when it went wrong, for the CI log and artifacts
-            page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)
-            errors = page.locator("[data-mime-type='application/vnd.jupyter.stderr']")
-            print("stderr outputs in the page:", errors.all_inner_texts())
-            raise
-        finally:
-            browser.close()
+        # bad input: a message in the widget, and the drawing stays as it was
+        _type(page, "ddp-world-size", "0")
+        message = page.locator(".ddp-sampler-explorer .ddp-message")
+        message.get_by_text("world size must be >= 1").wait_for(timeout=30_000)
+        _expect_partition(page, after)
+

@@ -16,15 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab import (
-    ARTIFACTS,
-    CHROMIUM_FLAGS,
-    chromium,
-    jupyterlab,
-    run_all,
-    start_kernel,
-    wait_for_kernel,
-)
+from lab import ARTIFACTS, jupyterlab, running_notebook, start_kernel
 
 from ddp_lesson.views.quiz import Quiz
 
@@ -53,55 +45,41 @@ def lab(tmp_path):
 
 
 def test_a_quiz_keeps_its_answer_until_the_learner_answers(no_leftovers, lab):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    browser_path = chromium()
     quiz = Quiz.named(NOTEBOOK, KEY)
     right, wrong = "ABCD"[quiz.answer], "ABCD"[min(quiz.hints)]
     explanation = _plain(quiz.explanation)[:60]
     url, token = lab
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            start_kernel(url, token, "quiz.ipynb")
-            page.goto(f"{url}/lab/tree/quiz.ipynb?token={token}")
-            page.locator(".jp-Notebook").first.wait_for(timeout=60_000)
-            wait_for_kernel(page)
-            run_all(page)
-            check = page.locator(".ddp-quiz-check")
-            check.wait_for(timeout=120_000)
-            shown = page.get_by_text(explanation, exact=False)
+    start_kernel(url, token, "quiz.ipynb")
+    with running_notebook(url, token, "quiz.ipynb", failure="failure-quiz.png") as page:
+        check = page.locator(".ddp-quiz-check")
+        check.wait_for(timeout=120_000)
+        shown = page.get_by_text(explanation, exact=False)
 
-            # before an answer: the question and choices, no answer anywhere in sight
-            assert _plain(quiz.question)[:40] in page.locator(".ddp-quiz").inner_text()
-            assert explanation not in " ".join(page.locator(".jp-InputArea").all_inner_texts())
-            assert not page.locator(".ddp-quiz details p").is_visible()
-            assert not any(s.is_visible() for s in shown.all())
-            page.screenshot(path=str(ARTIFACTS / "quiz-before.png"))
+        # before an answer: the question and choices, no answer anywhere in sight
+        assert _plain(quiz.question)[:40] in page.locator(".ddp-quiz").inner_text()
+        assert explanation not in " ".join(page.locator(".jp-InputArea").all_inner_texts())
+        assert not page.locator(".ddp-quiz details p").is_visible()
+        assert not any(s.is_visible() for s in shown.all())
+        page.screenshot(path=str(ARTIFACTS / "quiz-before.png"))
 
-            # a wrong pick: its hint, still no answer
-            choices = page.locator(".ddp-quiz-choice")
-            choices.get_by_role("button", name=wrong, exact=True).click()
-            check.click()
-            message = page.locator(".ddp-message")
-            message.get_by_text("Not quite").wait_for(timeout=30_000)
-            assert _plain(quiz.hints[min(quiz.hints)])[:30] in message.inner_text()
-            assert not any(s.is_visible() for s in shown.all())
+        # a wrong pick: its hint, still no answer
+        choices = page.locator(".ddp-quiz-choice")
+        choices.get_by_role("button", name=wrong, exact=True).click()
+        check.click()
+        message = page.locator(".ddp-message")
+        message.get_by_text("Not quite").wait_for(timeout=30_000)
+        assert _plain(quiz.hints[min(quiz.hints)])[:30] in message.inner_text()
+        assert not any(s.is_visible() for s in shown.all())
 
-            # the right pick: the explanation, in the widget's message
-            choices.get_by_role("button", name=right, exact=True).click()
-            check.click()
-            message.get_by_text(re.compile("^Right")).wait_for(timeout=30_000)
-            assert explanation in message.inner_text()
+        # the right pick: the explanation, in the widget's message
+        choices.get_by_role("button", name=right, exact=True).click()
+        check.click()
+        message.get_by_text(re.compile("^Right")).wait_for(timeout=30_000)
+        assert explanation in message.inner_text()
 
-            # and the saved page's own reveal line opens the answer too
-            page.locator(".ddp-quiz summary").click()
-            answer = page.locator(".ddp-quiz details p")
-            answer.wait_for(state="visible", timeout=10_000)
-            assert answer.inner_text().startswith(f"{right}.")
-            page.screenshot(path=str(ARTIFACTS / "quiz-after.png"))
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "failure-quiz.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+        # and the saved page's own reveal line opens the answer too
+        page.locator(".ddp-quiz summary").click()
+        answer = page.locator(".ddp-quiz details p")
+        answer.wait_for(state="visible", timeout=10_000)
+        assert answer.inner_text().startswith(f"{right}.")
+        page.screenshot(path=str(ARTIFACTS / "quiz-after.png"))
