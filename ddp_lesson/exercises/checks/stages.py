@@ -55,8 +55,8 @@ def check_spawn(start: Callable, world_size: object) -> Result:
             f"({plan.reason})",
             f"world_size = {world_size!r}"
             + (" (torch.cuda.device_count() is 0 without GPUs)" if world_size == 0 else ""),
-            "the world_size line: torch.cuda.device_count() on GPUs; "
-            "devices.plan().world_size anywhere",
+            "the world_size line: torch.cuda.device_count() where there are 2 GPUs or "
+            "more, else 2 CPU processes (DDP_LESSON_WORLD_SIZE asks this course for another)",
         )
     try:
         with launch.bounded(plan.world_size, timeout_s=base.CHECK_TIMEOUT_S) as run:
