@@ -56,16 +56,29 @@ def worker_source(stage: str, folder: str | os.PathLike = NOTEBOOKS) -> str:
     raise LookupError(f"no notebook {stage}_*.ipynb in {folder} writes {target}")
 
 
-#: The line where a worker's own script ends and the notebook's measuring begins.
+#: The comment above the line where a worker imports what its notebook
+#: measures (from :mod:`ddp_lesson.measures`); a line ending with
+#: :data:`MEASURES_TAG` serves only that too.
+MEASURES_TAG = "# what this notebook measures"
+#: The line where the measuring section of an older worker starts (an
+#: exercise's worker still keeps its measuring code below this line).
 MEASURING = "# ---- what this notebook measures"
 
 
 def script_part(source: str) -> str:
-    r"""A worker's source without the section that only serves its notebook's measurements.
+    r"""A worker's source without the lines that only serve its notebook's measurements.
 
-    That section starts at the line beginning with :data:`MEASURING` and
-    runs to a ``if __name__ == "__main__":`` block or to the end of the file.
+    Those are: the :data:`MEASURES_TAG` comment and the import from
+    ``ddp_lesson.measures`` under it; any line ending with the tag (a call
+    such as ``record(rank, train_loader, epochs)``); and a section that
+    starts at a line beginning with :data:`MEASURING` and runs to a
+    ``if __name__ == "__main__":`` block or to the end of the file.
 
+    >>> text = "a = 1\n# what this notebook measures (not part of a DDP script):\n"
+    >>> text += "from ddp_lesson.measures.x import f\nf(a)  # what this notebook measures\nb = 2"
+    >>> print(script_part(text))
+    a = 1
+    b = 2
     >>> text = "a = 1\n# ---- what this notebook measures\nb = 2\nif __name__ == '__main__':\n    a"
     >>> print(script_part(text))
     a = 1
@@ -74,12 +87,22 @@ def script_part(source: str) -> str:
     """
     lines = source.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines) if line.startswith(MEASURING)), None)
-    if start is None:
-        return source
-    end = next(
-        (i for i in range(start, len(lines)) if lines[i].startswith("if __name__ ==")), len(lines)
-    )
-    return "".join(lines[:start] + lines[end:])
+    if start is not None:
+        end = next(
+            (i for i in range(start, len(lines)) if lines[i].startswith("if __name__ ==")),
+            len(lines),
+        )
+        lines = lines[:start] + lines[end:]
+    kept = []
+    for line in lines:
+        if line.startswith(MEASURES_TAG) or line.startswith("from ddp_lesson.measures."):
+            if kept and not kept[-1].strip():
+                kept.pop()  # with the blank line that set it apart
+            continue
+        if line.rstrip().endswith(MEASURES_TAG):
+            continue
+        kept.append(line)
+    return "".join(kept)
 
 
 def diff_text(

@@ -31,7 +31,7 @@ STARTING, CONNECTING, SPLITTING, SYNCING, TEARDOWN = (
     for key in ("spawning", "process_group", "data_division", "model_wrapping", "teardown")
 )
 #: Lesson notebooks that teach a skill, each of which has exercises.
-SKILLS = ["02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13"]
+SKILLS = ["02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14"]
 
 #: Public checks that no exercise calls: the lesson notebook shows them at work.
 LESSON_ONLY = {"check_slurm": "09_checkpoints"}
@@ -77,7 +77,7 @@ def test_exercises_are_generated_byte_identically_from_solutions():
 def test_every_skill_notebook_has_exercises_with_the_lessons_stem():
     lessons = {p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
     for number in SKILLS:
-        stem = next(s for s in lessons if s.startswith(number))
+        (stem,) = [s for s in lessons if s.startswith(number)]  # one lesson per number
         assert (ROOT / "solutions" / f"{stem}.ipynb").is_file(), stem
         assert (ROOT / "exercises" / f"{stem}.ipynb").is_file(), stem
 

@@ -35,9 +35,9 @@ SKIPPED = {"stage_03_stuck", "stage_05_cpu_ids", "experiments", "twice"}
 WAIT_S = 8
 FAIL_ON_PURPOSE = {
     "mistake_collective",  # 07: rank 0 alone calls all_reduce
-    "debug_mismatch",  # 13: ranks all-reduce tensors of different shapes
-    "real_evaluate_alone",  # 12: rank 0 evaluates alone and meets the next collective
-    "real_syncbn",  # 12: SyncBatchNorm refuses a module on the CPU
+    "debug_mismatch",  # 14: ranks all-reduce tensors of different shapes
+    "real_evaluate_alone",  # 13: rank 0 evaluates alone and meets the next collective
+    "real_syncbn",  # 13: SyncBatchNorm refuses a module on the CPU
 }
 
 
@@ -92,7 +92,10 @@ def exchanging(folder: Path, names: list[str]) -> list[str]:
     found = []
     for name in names:
         text = (folder / "workers" / f"{name}.py").read_text()
-        code = sources.script_part(text) + text  # the measuring part exchanges too
+        code = text + "".join(  # what the worker imports to measure exchanges too
+            (ROOT / "ddp_lesson" / "measures" / f"{module}.py").read_text()
+            for module in re.findall(r"^from ddp_lesson\.measures\.(\w+) import", text, re.M)
+        )
         if name not in SKIPPED and "def main(rank, world_size, port" in text:
             if EXCHANGES.search(code):
                 found.append(name)

@@ -7,9 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
+import ddp_lesson.measures
 from ddp_lesson.launch import processes
 
 #: Every module of the course, imported by the no-side-effects test.
@@ -48,6 +50,11 @@ RANK_SIDE = [
     "ddp_lesson.bench.workers",
     "ddp_lesson.doctor.probe",
     "ddp_lesson.launch.script_main",
+    # what the lesson's workers import to record what their notebooks show
+    *sorted(
+        f"ddp_lesson.measures.{path.stem}"
+        for path in Path(ddp_lesson.measures.__file__).parent.glob("[!_]*.py")
+    ),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The exercises of 12_real_training and 13_debugging_and_beyond, checked by behaviour.
+"""The exercises of 12_batches, 13_evaluation and 14_debugging, checked by behaviour.
 
 Every check fails at least two wrong answers (mistakes a learner makes) with
 the stage that owns the fix, and passes a right answer written differently
@@ -90,7 +90,24 @@ def test_check_accumulate_of_a_stub_or_missing_file_is_not_attempted(tmp_path):
     assert missing.status == checks.NOT_ATTEMPTED and "%%writefile" in str(missing)
 
 
-# -- 12, exercise 3: evaluation on every rank ------------------------------------------
+# -- 12, exercise 3: seeds for shuffling and for augmentation ---------------------------
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [
+        ("practice_seeds_sampler_per_rank.py", "the same seed on every rank"),
+        ("practice_seeds_same_generator.py", "ranks drew the same noise"),
+        ("practice_seeds_from_clock.py", "cannot be reproduced"),
+    ],
+)
+def test_check_seeds_fails_wrong_answers(answer, fragment):
+    assert_fails(checks.check_seeds(ANSWERS / answer), SPLITTING, fragment)
+
+
+def test_check_seeds_passes_a_right_answer():
+    assert checks.check_seeds(ANSWERS / "practice_seeds_worker_init.py")
+
+
+# -- 13, exercise 1: evaluation on every rank ------------------------------------------
 @pytest.mark.parametrize(
     ("answer", "stage_title", "fragment"),
     [
@@ -107,7 +124,7 @@ def test_check_evaluate_passes_a_right_answer():
     assert checks.check_evaluate(ANSWERS / "practice_evaluate_slices.py")
 
 
-# -- 13, exercise 1: parameters without a gradient -------------------------------------
+# -- 14, exercise 1: parameters without a gradient -------------------------------------
 def unused_before_backward(model, loss):
     return [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
 
@@ -143,20 +160,3 @@ def test_check_unused_fails_wrong_answers(answer, fragment):
 def test_check_unused_passes_a_right_answer():
     result = checks.check_unused(unused_right)
     assert result and "aux.weight" in str(result), str(result)
-
-
-# -- 13, exercise 2: seeds for shuffling and for augmentation ---------------------------
-@pytest.mark.parametrize(
-    ("answer", "fragment"),
-    [
-        ("practice_seeds_sampler_per_rank.py", "the same seed on every rank"),
-        ("practice_seeds_same_generator.py", "ranks drew the same noise"),
-        ("practice_seeds_from_clock.py", "cannot be reproduced"),
-    ],
-)
-def test_check_seeds_fails_wrong_answers(answer, fragment):
-    assert_fails(checks.check_seeds(ANSWERS / answer), SPLITTING, fragment)
-
-
-def test_check_seeds_passes_a_right_answer():
-    assert checks.check_seeds(ANSWERS / "practice_seeds_worker_init.py")

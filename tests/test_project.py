@@ -191,6 +191,62 @@ def test_ddp_setup_is_written_where_it_is_taught_and_imported_after():
     assert taught == inspect.getsource(group.ddp_setup), "03's ddp_setup and group's differ"
 
 
+#: The most a lesson notebook holds: words of prose and lines of code.
+MOST_WORDS, MOST_CODE_LINES = 2000, 400
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_a_lesson_fits_one_sitting(path):
+    words = code = 0
+    for cell in cells(path):
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            words += len(text.split())
+        elif cell["cell_type"] == "code":
+            code += len(text.splitlines())
+    assert words <= MOST_WORDS, f"{path.name}: {words} words; split it or say less"
+    assert code <= MOST_CODE_LINES, f"{path.name}: {code} code lines; split it or show less"
+
+
+def measuring_lines(source: str) -> list[str]:
+    """The lines of a worker that serve only its notebook's measurements.
+
+    The comment and the import from ``ddp_lesson.measures``, a line that ends
+    with the comment, and every line that calls or decorates with a name
+    that import brought in.
+    """
+    from ddp_lesson.sources import MEASURES_TAG
+
+    lines = source.splitlines()
+    names = set()
+    for line in lines:
+        found = re.match(r"from ddp_lesson\.measures\.\w+ import (.+)", line)
+        if found:
+            names |= {name.strip() for name in found[1].split(",")}
+    used = re.compile(r"(^|[^\w.])(" + "|".join(map(re.escape, names)) + r")\(|^\s*@(" +
+                      "|".join(map(re.escape, names)) + r")\b") if names else None
+    return [
+        line for line in lines
+        if MEASURES_TAG in line or line.startswith("from ddp_lesson.measures.")
+        or (used is not None and used.search(line))
+    ]  # fmt: skip
+
+
+def test_what_a_lesson_worker_measures_is_a_few_lines_of_it():
+    """At most 5% of the lesson workers' lines serve the notebooks' measurements."""
+    total = measuring = 0
+    for path in LESSONS:
+        for cell in cells(path):
+            source = "".join(cell["source"])
+            if cell["cell_type"] == "code" and re.match(r"%%writefile workers/\w+\.py", source):
+                total += len(source.splitlines())
+                measuring += len(measuring_lines(source))
+                assert "# ---- what this notebook measures" not in source, (
+                    f"{path.name}: move the measuring section to ddp_lesson/measures/"
+                )
+    assert measuring <= 0.05 * total, f"{measuring} of {total} worker lines measure"
+
+
 def test_nbval_ignores_only_with_a_reason():
     for path in LESSONS:
         for cell in cells(path):

@@ -50,10 +50,14 @@ LESSONS = {
     "09_checkpoints": ("save on rank 0, barrier, resume; `torchrun` restarts", ["08"], True),
     "10_performance": ("when DDP is faster: all-reduce cost, throughput, knobs", ["06"], False),
     "11_inside_ddp": ("DDP built by hand: broadcast, all-reduce, hooks, buckets", ["06"], False),
-    "12_real_training": ("batch size and learning rate, accumulation, evaluation, BatchNorm, "
-                         "precision", ["09"], False),
-    "13_debugging_and_beyond": ("debugging hangs and errors; FSDP2, DataParallel", ["08"],
-                                False),
+    "12_batches": ("the global batch and the learning rate, accumulation with `no_sync()`, "
+                   "per-rank seeds", ["09"], False),
+    "13_evaluation": ("metrics with `all_reduce`, logging on rank 0, BatchNorm buffers, "
+                      "mixed precision", ["12"], False),
+    "14_debugging": ("unused parameters, ports in use, stuck ranks, mismatched collectives, "
+                     "`@record`", ["08"], False),
+    "15_after_ddp": ("appendix: FSDP2 beside DDP, `DataParallel`, notebook launchers", ["06"],
+                     False),
 }
 
 

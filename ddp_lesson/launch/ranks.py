@@ -8,7 +8,9 @@ It starts each rank at :func:`entry`, handing it a :class:`RankStart`, and
   started it or the launching process is gone: a kernel killed mid-launch
   must not leave ranks behind (first, since the next steps can block);
 * take the launch's environment, working folder and import path (a rank
-  forked from the warm server starts with the server's);
+  forked from the warm server starts with the server's), and read
+  ``TORCH_DISTRIBUTED_DEBUG`` again from it (torch read it in the server,
+  when it imported ``torch.distributed``);
 * send its output to the launch (forked ranks open the launch's pipe);
 * use the launch's number of torch threads;
 * send its reports to the launch's folder (:func:`ddp_lesson.reports.connect`);
@@ -163,6 +165,7 @@ def enter(start: RankStart) -> None:
     if start.env:
         os.environ.clear()
         os.environ.update(start.env)
+        torch.distributed.set_debug_level_from_env()
     if start.cwd:
         os.chdir(start.cwd)
     if start.sys_path:

@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebooks 12_real_training and 13_debugging_and_beyond."""
+"""Checks for the exercises of notebooks 12_batches, 13_evaluation and 14_debugging."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ MICRO_BATCHES = 4
 SAME = 1e-5
 
 
-# -- 12, section 1: the global batch and the learning rate ----------------------------
+# -- 12, exercise 1: the global batch and the learning rate ---------------------------
 def _first_global_batch(per_rank: int, world_size: int, size: int) -> int:
     """Images in the first optimiser step of all ranks together, from the real sampler."""
     shares = data.sampler_partition(size, world_size)
@@ -95,7 +95,7 @@ def check_global_batch(
     )
 
 
-# -- 12, section 2: accumulation with no_sync() ------------------------------------------
+# -- 12, exercise 2: accumulation with no_sync() -----------------------------------------
 @graded
 def check_accumulate(path: str | Path) -> Result:
     """Launch the learner's ``accumulate_step`` on real ranks; count its all-reduces.
@@ -173,7 +173,63 @@ def check_accumulate(path: str | Path) -> Result:
     )
 
 
-# -- 12, section 3: evaluation on every rank ---------------------------------------------
+# -- 12, exercise 3: seeds for shuffling and for augmentation -----------------------------
+@graded
+def check_seeds(path: str | Path, seed: int = 7) -> Result:
+    """Launch the learner's ``make_loader`` on real ranks; compare shares and augmentation.
+
+    Every rank must get its own share of the items (the sampler's shuffle
+    the same on every rank), draw augmentation noise of its own (different
+    from every other rank's), and draw the same noise again from a loader
+    built again with the same seed.
+    """
+    name = "check_seeds"
+    plan = devices.plan()
+    got = launch_checked(
+        name, path, probes.seeds, "make_loader()", seed,
+        stage=DATA, expected="make_loader() to build a loader that runs",
+        fix="make_loader: the line the error names",
+    )  # fmt: skip
+    size = probes.SEEDS_SIZE
+    shares = [set(r["indices"]) for r in got]
+    everything = set().union(*shares)
+    overlap = sum(len(s) for s in shares) - len(everything)
+    if overlap or len(everything) != size:
+        return failed(
+            name,
+            DATA,
+            f"the {size} items split between the ranks, each once",
+            f"{overlap} item(s) in more than one rank's share, {size - len(everything)} in none",
+            "DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed): "
+            "the same seed on every rank, or the ranks' shuffles do not fit together",
+        )
+    noises = [r["noise"] for r in got]
+    if len(got) > 1 and any(noises[0][:4] == other[:4] for other in noises[1:]):
+        return failed(
+            name,
+            DATA,
+            "augmentation noise of its own on every rank",
+            f"ranks drew the same noise: {noises[0][:3]}...",
+            "seed the loader's workers per rank, e.g. "
+            "DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))",
+        )
+    if any(r["noise"] != r["again"] for r in got):
+        return failed(
+            name,
+            DATA,
+            "the same noise from a loader built again with the same seed",
+            "different noise: the augmentation cannot be reproduced",
+            "derive every seed from `seed` and `rank`, never from the time or an unseeded "
+            "generator",
+        )
+    return passed(
+        name,
+        f"{plan.world_size} rank(s) split the {size} items without overlap, each drew "
+        "augmentation of its own, and a rebuilt loader drew it again exactly.",
+    )
+
+
+# -- 13, exercise 1: evaluation on every rank --------------------------------------------
 @graded
 def check_evaluate(path: str | Path) -> Result:
     """Launch the learner's ``evaluate`` on every rank; compare with the whole test set.
@@ -257,7 +313,7 @@ def check_evaluate(path: str | Path) -> Result:
     )
 
 
-# -- 13, section 1: parameters without a gradient ------------------------------------------
+# -- 14, exercise 1: parameters without a gradient -----------------------------------------
 def check_unused(params_without_grad: Callable) -> Result:
     """Check ``params_without_grad(model, loss)`` names what DDP's own error names.
 
@@ -323,60 +379,4 @@ def check_unused(params_without_grad: Callable) -> Result:
         f"{named} (what DDP's error names)",
         f"{yours}: {why}",
         "after loss.backward(), the names of parameters with requires_grad and p.grad is None",
-    )
-
-
-# -- 13, section 2: seeds for shuffling and for augmentation ------------------------------
-@graded
-def check_seeds(path: str | Path, seed: int = 7) -> Result:
-    """Launch the learner's ``make_loader`` on real ranks; compare shares and augmentation.
-
-    Every rank must get its own share of the items (the sampler's shuffle
-    the same on every rank), draw augmentation noise of its own (different
-    from every other rank's), and draw the same noise again from a loader
-    built again with the same seed.
-    """
-    name = "check_seeds"
-    plan = devices.plan()
-    got = launch_checked(
-        name, path, probes.seeds, "make_loader()", seed,
-        stage=DATA, expected="make_loader() to build a loader that runs",
-        fix="make_loader: the line the error names",
-    )  # fmt: skip
-    size = probes.SEEDS_SIZE
-    shares = [set(r["indices"]) for r in got]
-    everything = set().union(*shares)
-    overlap = sum(len(s) for s in shares) - len(everything)
-    if overlap or len(everything) != size:
-        return failed(
-            name,
-            DATA,
-            f"the {size} items split between the ranks, each once",
-            f"{overlap} item(s) in more than one rank's share, {size - len(everything)} in none",
-            "DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed): "
-            "the same seed on every rank, or the ranks' shuffles do not fit together",
-        )
-    noises = [r["noise"] for r in got]
-    if len(got) > 1 and any(noises[0][:4] == other[:4] for other in noises[1:]):
-        return failed(
-            name,
-            DATA,
-            "augmentation noise of its own on every rank",
-            f"ranks drew the same noise: {noises[0][:3]}...",
-            "seed the loader's workers per rank, e.g. "
-            "DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))",
-        )
-    if any(r["noise"] != r["again"] for r in got):
-        return failed(
-            name,
-            DATA,
-            "the same noise from a loader built again with the same seed",
-            "different noise: the augmentation cannot be reproduced",
-            "derive every seed from `seed` and `rank`, never from the time or an unseeded "
-            "generator",
-        )
-    return passed(
-        name,
-        f"{plan.world_size} rank(s) split the {size} items without overlap, each drew "
-        "augmentation of its own, and a rebuilt loader drew it again exactly.",
     )

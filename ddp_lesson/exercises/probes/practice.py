@@ -1,4 +1,4 @@
-"""Rank-side probes for the checks of the practice notebooks (12 and 13).
+"""Rank-side probes for the checks of the practice notebooks (12, 13 and 14).
 
 Each probe joins the launch's group, sets up what the exercise is about
 (a DDP model, micro-batches, a test set, a data set with random
@@ -138,7 +138,51 @@ def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None
         group.leave()
 
 
-# -- 12: evaluating on every rank -----------------------------------------------------
+# -- 12: seeds for shuffling and for augmentation -----------------------------------------
+class Jittered(Dataset):
+    """Item ``i`` is ``(i, noise)``, the noise drawn where the item is loaded (augmentation)."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor]:
+        return index, torch.rand(())
+
+
+def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
+    """Build the learner's loader twice; report the indices and the noise of one epoch each."""
+    import multiprocessing
+
+    # a rank forked from the warm server starts processes the server's way
+    # (forkserver); a script starts its loader's workers the platform's way
+    multiprocessing.set_start_method(None, force=True)
+    # torch warns when loader workers outnumber this machine's cores (one
+    # core: any num_workers > 1); the check is about seeds, not machine size
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    worker = load(path)
+    group.join(rank, world_size, port)
+    try:
+        torch.manual_seed(0)  # what a script does first, the same on every rank
+
+        def one_epoch() -> tuple[list[int], list[float]]:
+            loader = worker.make_loader(Jittered(SEEDS_SIZE), rank, world_size, seed)
+            indices, noise = [], []
+            for index, jitter in loader:
+                indices += [int(i) for i in index]
+                noise += [round(float(n), 6) for n in jitter]
+            return indices, noise
+
+        indices, noise = one_epoch()
+        _, again = one_epoch()
+        _send(SeedsReport(rank=rank, indices=indices, noise=noise, again=again))
+    finally:
+        group.leave()
+
+
+# -- 13: evaluating on every rank -----------------------------------------------------
 class WatchedTestSet(TensorDataset):
     """The test images, noting every index a rank looks at."""
 
@@ -202,7 +246,7 @@ def evaluate(rank: int, world_size: int, port: int, path: str) -> None:
         group.leave()
 
 
-# -- 13: the parameters DDP names -------------------------------------------------------
+# -- 14: the parameters DDP names -------------------------------------------------------
 class Branchy(nn.Module):
     """A network with a head the loss ignores and a frozen layer: what the unused check uses."""
 
@@ -251,48 +295,4 @@ def ddp_unused(rank: int, world_size: int, port: int) -> None:
         del model
     finally:
         dist.set_debug_level(dist.DebugLevel.OFF)
-        group.leave()
-
-
-# -- 13: seeds for shuffling and for augmentation -----------------------------------------
-class Jittered(Dataset):
-    """Item ``i`` is ``(i, noise)``, the noise drawn where the item is loaded (augmentation)."""
-
-    def __init__(self, size: int):
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> tuple[int, torch.Tensor]:
-        return index, torch.rand(())
-
-
-def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
-    """Build the learner's loader twice; report the indices and the noise of one epoch each."""
-    import multiprocessing
-
-    # a rank forked from the warm server starts processes the server's way
-    # (forkserver); a script starts its loader's workers the platform's way
-    multiprocessing.set_start_method(None, force=True)
-    # torch warns when loader workers outnumber this machine's cores (one
-    # core: any num_workers > 1); the check is about seeds, not machine size
-    warnings.filterwarnings("ignore", message="This DataLoader will create")
-    worker = load(path)
-    group.join(rank, world_size, port)
-    try:
-        torch.manual_seed(0)  # what a script does first, the same on every rank
-
-        def one_epoch() -> tuple[list[int], list[float]]:
-            loader = worker.make_loader(Jittered(SEEDS_SIZE), rank, world_size, seed)
-            indices, noise = [], []
-            for index, jitter in loader:
-                indices += [int(i) for i in index]
-                noise += [round(float(n), 6) for n in jitter]
-            return indices, noise
-
-        indices, noise = one_epoch()
-        _, again = one_epoch()
-        _send(SeedsReport(rank=rank, indices=indices, noise=noise, again=again))
-    finally:
         group.leave()
