@@ -203,16 +203,29 @@ def test_multiple_choice_checks(check, right, wrong, stage_title):
     assert check(...).status == checks.NOT_ATTEMPTED
 
 
+def test_a_multiple_choice_check_keeps_the_right_letter_back_at_first():
+    # answered in a style of its own: the letter in parentheses, as a quiz sheet has it
+    first = checks.check_nprocs_zero("(a)")
+    assert not first and "expected: another letter" in str(first), str(first)
+    assert "reveal=True" in first.fix, first.fix
+    assert "expected: b" in str(checks.check_nprocs_zero("(a)", reveal=True))
+    answers.forget()
+    said = [str(checks.check_nprocs_zero(letter)) for letter in ("(a)", "c", "a")]
+    assert ["expected: b" in text for text in said] == [False, False, True], said
+
+
 # -- stage 2: connecting processes --------------------------------------------------
 @pytest.mark.parametrize(
     ("answer", "stage", "fragment", "deadline_s"),
     [
         # its ranks never meet (nobody serves the port it writes): any deadline
         # ends it with the same verdict, and it holds the fixed port's lock meanwhile
-        pytest.param("pg_fixed_port.py", CONNECTING, "MASTER_PORT=str(port)", 5,
+        # (the lines that fix them are kept back on a first try: see
+        # test_file_checks_keep_the_fixing_line_back_until_asked_or_tried_again)
+        pytest.param("pg_fixed_port.py", CONNECTING, "the port it is given", 5,
                      marks=pytest.mark.fixed_port),
         ("pg_every_rank_zero.py", CONNECTING, "", 15),
-        ("pg_no_destroy.py", "teardown", "destroy_process_group()", 15),
+        ("pg_no_destroy.py", "teardown", "must be released", 15),
     ],
 )
 def test_check_process_group_fails_wrong_answers(answer, stage, fragment, deadline_s, monkeypatch):
@@ -238,7 +251,7 @@ def test_check_of_a_missing_file_says_which_cell_to_run(tmp_path):
     ("answer", "fragment"),
     [
         ("sampler_missing.py", "every rank iterated all 10 items"),
-        ("sampler_no_set_epoch.py", "set_epoch(epoch)"),
+        ("sampler_no_set_epoch.py", "nothing told it that the epoch changed"),
         ("sampler_no_shuffle.py", "default shuffle and seed"),
     ],
 )
@@ -294,7 +307,7 @@ def test_check_sampler_prediction_passes_a_right_answer():
         ("wrap_returns_inner.py", "gradients differ by up to"),
         pytest.param(
             "wrap_gpu_form_on_cpu.py",
-            "device_ids=[rank] only when device.type == 'cuda'",
+            "a model on the CPU has none",
             marks=pytest.mark.skipif(PLAN.device_type == "cuda", reason="right on GPUs"),
         ),
     ],
@@ -355,8 +368,11 @@ def test_fault_checks_fail_wrong_answers_without_the_answer(
     number, text = owner(path)
     assert f"line {number}" not in str(result) and text.strip() not in str(result)
     right = stage(faults.PLANTED[name].key).title
-    said = answers.stage_named(stage_name)
-    assert result.stage == (right if said == faults.PLANTED[name].key else faults.HIDDEN)
+    if answers.stage_named(stage_name) == faults.PLANTED[name].key:
+        assert result.stage == right and not result.stage_hidden, str(result)
+    else:  # the stage is the learner's to find: none is named, and the message says so
+        assert result.stage is None and result.stage_hidden, repr(result.stage)
+        assert f"(stage: {base.HIDDEN})" in str(result), str(result)
 
 
 @pytest.mark.parametrize("name", ["teammate", "suspect_a", "suspect_b", "suspect_c"])
@@ -439,7 +455,11 @@ def test_fault_checks_show_the_answer_after_three_wrong_tries_or_on_request(plan
 def test_fault_check_of_a_file_that_was_not_planted(tmp_path):
     other = tmp_path / "mine.py"
     other.write_text("x = 1\n")
-    assert checks.check_suspect(other, "teardown", 1).status == checks.FAILED
+    result = checks.check_suspect(other, "teardown", 1)
+    assert result.status == checks.FAILED
+    # no stage owns this: none is named, and none is said to be hidden
+    assert result.stage is None and not result.stage_hidden, repr(result)
+    assert str(result).splitlines()[0] == "FAILED check_suspect", str(result)
     assert checks.check_suspect(tmp_path / "nowhere.py", "teardown", 1).status == (
         checks.NOT_ATTEMPTED
     )
@@ -467,6 +487,24 @@ def test_check_ddp_script_fails_wrong_conversions_at_their_stage(answer, stage_t
 def test_check_ddp_script_passes_a_conversion_written_independently():
     result = checks.check_ddp_script(ANSWERS / "script_right_independent.py")
     assert result, str(result)
+
+
+def test_check_ddp_script_points_at_a_set_epoch_that_is_given_the_same_epoch():
+    """set_epoch(0) in every epoch: it is called, with a constant; the check says so, at the call.
+
+    (The doctor's verdict alone said "set_epoch was never called", at the DataLoader.)
+    """
+    path = ANSWERS / "script_set_epoch_constant.py"
+    result = checks.check_ddp_script(path)
+    assert result.status == checks.FAILED and result.stage == SPLITTING, str(result)
+    assert "never called" not in str(result), str(result)
+    assert "set_epoch is called" in result.happened, str(result)
+    assert "the same epoch every time, 0" in result.happened, str(result)
+    line = answers.line_of(path, "loader.sampler.set_epoch(0)")
+    assert result.fix.startswith(f"line {line}: loader.sampler.set_epoch(0)"), result.fix
+    assert "set_epoch(epoch)" not in str(result), "the first try does not show the line"
+    revealed = checks.check_ddp_script(path, reveal=True)
+    assert "; the fix: set_epoch(epoch) on the sampler the DataLoader" in revealed.fix, revealed
 
 
 def test_check_ddp_script_spots_the_exercise_stubs(tmp_path):
@@ -497,11 +535,27 @@ def test_check_launchers_passes_a_right_answer_and_spots_stubs(tmp_path):
     assert checks.check_launchers(path).status == checks.NOT_ATTEMPTED
 
 
+@pytest.mark.skipif(PLAN.world_size < 2, reason="one process is local rank 0 anyway")
+def test_check_launchers_fails_a_main_that_gives_every_process_local_rank_zero():
+    """Without GPUs every process under mp.spawn takes the CPU whatever LOCAL_RANK says.
+
+    So the check compares the LOCAL_RANK and LOCAL_WORLD_SIZE that main set
+    with the rank and the world size; with a GPU per process this main
+    would put every rank on cuda:0. (Before, the check passed it.)
+    """
+    result = checks.check_launchers(ANSWERS / "launchers_main_local_zero.py")
+    assert result.status == checks.FAILED and result.stage == STARTING, str(result)
+    assert "process 1: LOCAL_RANK=0, LOCAL_WORLD_SIZE=" in result.happened, str(result)
+    assert "would all drive cuda:0" in result.happened, str(result)
+    assert result.fix.startswith("main, where it sets LOCAL_RANK"), result.fix
+    assert "str(rank)" not in str(result), "the first try does not show the line"
+
+
 # -- checkpoints (09) ------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("answer", "stage_title", "fragment"),
     [
-        ("checkpoint_no_barrier.py", CONNECTING, "barrier()"),
+        ("checkpoint_no_barrier.py", CONNECTING, "while rank 0 was still writing it"),
         ("checkpoint_wrapper_names.py", SYNCING, "module.linear_relu_stack"),
         ("checkpoint_no_optimizer.py", SYNCING, "parameters differ"),
         ("checkpoint_every_rank_writes.py", SYNCING, "saves per rank [3, 3"),
@@ -580,6 +634,56 @@ def test_check_allreduce_prediction():
         assert fragment in str(result), str(result)
         assert " ms" not in str(result), "the first wrong tries do not show the timings"
     assert checks.check_allreduce_prediction(...).status == checks.NOT_ATTEMPTED
+
+
+# -- the hand-built DDP (11); its other answers are in tests/test_inside.py ------------
+def test_check_hooks_names_handles_of_earlier_steps_kept_and_waited_for_again():
+    """finish() waits and divides, but never empties what the hooks collected.
+
+    The mistake is the kept handles, not waiting or dividing: the message
+    must not tell the learner to do what the code already does.
+    """
+    path = ANSWERS / "inside_stale_handles.py"
+    result = checks.check_hooks(path)
+    assert result.status == checks.FAILED and result.stage == SYNCING, str(result)
+    assert "in step 2, finish() waited again for" in result.happened, str(result)
+    assert "earlier steps" in result.happened and "step 1 matched DDP's" in result.happened
+    assert "wait for each all-reduce" not in str(result), str(result)
+    finish = answers.line_of(path, "def finish(model, exchange):")
+    assert result.fix.startswith(f"inside_stale_handles.py, line {finish} "), result.fix
+    assert "clear()" not in str(result)
+    assert "pending.clear()" in checks.check_hooks(path, reveal=True).fix
+
+
+# -- the line that fixes a file is kept back on a first try -------------------------
+@pytest.mark.parametrize(
+    ("check", "answer", "hint", "line"),
+    [
+        ("check_launchers", "launchers_device_from_global_rank.py",
+         "the device follows the local rank", 'device_for(int(os.environ["LOCAL_RANK"])'),
+        ("check_seeds", "practice_seeds_shared_generator_class.py",
+         "which every rank seeded alike",
+         "DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))"),
+        ("check_evaluate", "practice_evaluate_sampler_indices.py",
+         "split the test set without padding",
+         "Subset(test_dataset, range(rank, len(test_dataset), world_size))"),
+        ("check_checkpoint", "checkpoint_no_barrier_buffered.py",
+         "nothing made the other ranks wait", "barrier() after the save, outside the `if`"),
+    ],
+)  # fmt: skip
+def test_file_checks_keep_the_fixing_line_back_until_asked(check, answer, hint, line):
+    """First what happened and where to look; the line itself only with reveal=True.
+
+    The answers are written in styles of their own; the third try without
+    reveal is checked on a cheap check in tests/test_practice.py, and
+    check_ddp_script's line in the set_epoch test above.
+    """
+    first = getattr(checks, check)(ANSWERS / answer)
+    assert first.status == checks.FAILED and hint in first.fix, str(first)
+    assert line not in str(first), str(first)
+    assert f"{check}(..., reveal=True), or after 2 more tries" in first.fix, first.fix
+    revealed = getattr(checks, check)(ANSWERS / answer, reveal=True)
+    assert hint in revealed.fix and f"; the fix: {line}" in revealed.fix, str(revealed)
 
 
 # -- an untouched exercise file is "not attempted" at once ---------------------------

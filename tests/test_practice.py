@@ -7,12 +7,15 @@ from the solution. File answers live in tests/exercise_answers/practice_*.py.
 
 from __future__ import annotations
 
+import collections
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
 from ddp_lesson.exercises import checks
+from ddp_lesson.exercises.checks import answers, practice
 from ddp_lesson.stages import stage
 
 ANSWERS = Path(__file__).resolve().parent / "exercise_answers"
@@ -21,6 +24,14 @@ CONNECTING, SPLITTING, SYNCING = (
 )
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+@pytest.fixture(autouse=True)
+def fresh_tries():
+    """Every test starts with no wrong tries counted (a check shows the fix after a few)."""
+    answers.forget()
+    yield
+    answers.forget()
 
 
 def assert_fails(result, stage_title: str, fragment: str) -> None:
@@ -46,15 +57,49 @@ def batches_stub(per_rank, world_size, base_lr=0.1, base_batch=32):
     raise NotImplementedError("your code here")
 
 
+Plan = collections.namedtuple("Plan", "global_batch lr")
+
+
+def batches_square_root(per_rank, world_size, base_lr=0.1, base_batch=32):
+    # another style, and another rule: a named tuple, the square-root scaling rule
+    grown = Plan(per_rank * world_size, None)
+    return grown._replace(lr=base_lr * math.sqrt(grown.global_batch / base_batch))
+
+
 @pytest.mark.parametrize(
-    ("answer", "fragment"),
+    ("answer", "stage_title", "fragment"),
     [
-        (batches_forgets_world, "global_batch = batch_size x world_size"),
-        (batches_scales_by_ranks, "not with the world size alone"),
+        (batches_forgets_world, SPLITTING, "how many images does one step follow?"),
+        # the global batch is right: the mistake is the learning rate, which no stage owns
+        (batches_scales_by_ranks, practice.RATE, "not with the world size alone"),
+        (batches_square_root, practice.RATE, "grows by the factor the batch grew by"),
     ],
 )
-def test_check_global_batch_fails_wrong_answers(answer, fragment):
-    assert_fails(checks.check_global_batch(answer), SPLITTING, fragment)
+def test_check_global_batch_fails_wrong_answers(answer, stage_title, fragment):
+    result = checks.check_global_batch(answer)
+    assert_fails(result, stage_title, fragment)
+    assert "global_batch /" not in str(result) and "* world_size" not in str(result)
+
+
+def test_check_global_batch_shows_the_line_on_the_third_try_or_on_request():
+    def plan_batches(per_rank, world_size, base_lr=0.1, base_batch=32):
+        return per_rank * world_size, base_lr * world_size  # scaled by the ranks
+
+    line = "lr = base_lr * global_batch / base_batch"
+    said = [checks.check_global_batch(plan_batches).fix for _ in range(3)]
+    assert [line in fix for fix in said] == [False, False, True], said
+    assert "after 2 more tries" in said[0] and "after 1 more try" in said[1], said
+
+    def plan_batches(per_rank, world_size, base_lr=0.1, base_batch=32):  # noqa: F811
+        return per_rank * world_size, base_lr * per_rank * world_size / base_batch
+
+    assert checks.check_global_batch(plan_batches)  # fixed: the count starts afresh
+
+    def plan_batches(per_rank, world_size, base_lr=0.1, base_batch=32):  # noqa: F811
+        return per_rank * world_size, base_lr * world_size
+
+    assert line not in checks.check_global_batch(plan_batches).fix
+    assert line in checks.check_global_batch(plan_batches, reveal=True).fix
 
 
 def test_check_global_batch_passes_a_right_answer_and_spots_stubs():
@@ -145,16 +190,34 @@ def unused_right(model, loss):
     return {name for (name, _), grad in zip(named, grads, strict=True) if grad is None}
 
 
+def unused_positions(model, loss):
+    # another style: positions among the trainable parameters (the indices DDP's error
+    # also prints), found with torch.autograd.grad instead of backward
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, trainable, allow_unused=True)
+    return [i for i, g in enumerate(grads) if g is None]
+
+
 @pytest.mark.parametrize(
     ("answer", "fragment"),
     [
         (unused_before_backward, "was loss.backward() called"),
         (unused_with_frozen, "never train (requires_grad=False)"),
         (unused_zero_gradients, "AttributeError"),
+        # the right parameters, as positions: the message says names are compared
+        (unused_positions, "positions, not names: the check compares names"),
     ],
 )
 def test_check_unused_fails_wrong_answers(answer, fragment):
     assert_fails(checks.check_unused(answer), SYNCING, fragment)
+
+
+def test_check_unused_says_positions_are_the_right_parameters_without_naming_them():
+    result = checks.check_unused(unused_positions)
+    assert "they are the right parameters, counted in the parameters that train" in (
+        result.happened
+    ), str(result)
+    assert "p.grad is None]" not in str(result), "the first try does not show the line"
 
 
 def test_check_unused_passes_a_right_answer():

@@ -247,6 +247,52 @@ def test_what_a_lesson_worker_measures_is_a_few_lines_of_it():
     assert measuring <= 0.05 * total, f"{measuring} of {total} worker lines measure"
 
 
+#: A figure in prose: a decimal, a number of three or more digits, or a count
+#: of percent, times, milliseconds, seconds or bytes.
+FIGURE = re.compile(
+    r"(?<![\w.`/#-])(\d+\.\d+|\d{3,}(?:,\d{3})*|\d+(?=\s?(?:%|×|x\b|ms\b|MB\b|KB\b|s\b)))(?!\d|\.\d|,\d)"
+)
+
+
+#: Cells that tools write (checked by their own --check): the badge, the course map.
+GENERATED = ("colab-badge", "course-map")
+
+
+def facts_not_measured() -> dict[str, str]:
+    """Figures prose may quote without a run: sizes computed here, and fixed facts."""
+    from ddp_lesson import data
+
+    return {
+        str(len(data.digits("train"))): "training images of the digits data set",
+        str(len(data.digits("test"))): "test images of the digits data set",
+        "29500": "torchrun's default port before it picked a free one",
+        "135712": "a PyTorch issue number",
+    }
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_figures_in_the_prose_come_from_the_run(path):
+    """A figure the prose quotes appears in the notebook's saved outputs or code."""
+    run = ""
+    for cell in cells(path):
+        if cell["cell_type"] == "code":
+            run += "".join(cell["source"])
+            for output in cell["outputs"]:
+                run += "".join(output.get("text", ""))
+                run += "".join(output.get("data", {}).get("text/plain", ""))
+    known = facts_not_measured()
+    for cell in cells(path):
+        if cell["cell_type"] != "markdown" or cell.get("id", "").startswith(GENERATED):
+            continue  # the course map's figures are computed by tools/course_map.py
+        prose = re.sub(r"`[^`]*`|\]\([^)]*\)", " ", "".join(cell["source"]))
+        for figure in FIGURE.findall(prose):
+            plain = figure.replace(",", "")
+            assert figure in run or plain in run or plain in known, (
+                f"{path.name}: the prose quotes {figure}, which no output of this "
+                "notebook shows: print it from the run, or drop it"
+            )
+
+
 def test_nbval_ignores_only_with_a_reason():
     for path in LESSONS:
         for cell in cells(path):

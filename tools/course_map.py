@@ -56,7 +56,10 @@ LESSONS = {
                       "mixed precision", ["12"], False),
     "14_debugging": ("unused parameters, ports in use, stuck ranks, mismatched collectives, "
                      "`@record`", ["08"], False),
-    "15_after_ddp": ("appendix: FSDP2 beside DDP, `DataParallel`, notebook launchers", ["06"],
+    "15_first_week": ("a project's first week: data prepared once, uneven inputs, loader "
+                      "workers, clipping, metrics that are not sums, `torch.compile`", ["13"],
+                      False),
+    "16_after_ddp": ("appendix: FSDP2 beside DDP, `DataParallel`, notebook launchers", ["06"],
                      False),
 }
 

@@ -13,10 +13,10 @@ from .diagnose import TIMEOUT_S, diagnose
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``python -m ddp_lesson doctor`` command; returns the exit code.
 
-    0: the run completed and every stage it could check is OK; 1: a stage
-    is at fault, a process raised, or the run did not finish; 2: the input
-    could not be diagnosed, or the run checked nothing (the one-line
-    message says why).
+    0: the run completed and showed every stage OK; 1: a stage is at
+    fault, a process raised, the run did not finish, or it ended before
+    some stage could be checked; 2: the input could not be diagnosed, or
+    the run checked nothing (the one-line message says why).
     """
     import argparse
 

@@ -7,7 +7,8 @@ parameters that differ, a group left open). What the code shows
 (:mod:`.read`) then explains the fault and names the line that owns the
 fix; on its own it never makes a verdict: a stage the run showed to be
 fine is OK however its code is written, and a stage the run never reached
-is NOT CHECKED, with what the code suggests.
+is NOT CHECKED, with what the code suggests. A run that ended before some
+stage could be checked is no healthy one: it fails, quoting what it printed.
 """
 
 from __future__ import annotations
@@ -150,6 +151,74 @@ def _overlap(orders: list[list[int]]) -> set[int]:
     return {i for i, n in seen.items() if n > 1}
 
 
+def _unseen(first: list[dict], world: int) -> list[int]:
+    """Items of the data set no rank iterated in an epoch, beyond what drop_last may leave out.
+
+    ``first``: each rank's first epoch of one loader. DistributedSampler's
+    ``drop_last`` leaves out fewer items than there are ranks, a DataLoader's
+    ``drop_last`` what its last, short batch would have held (``dropped``).
+    """
+    size = first[0]["size"]
+    if not size or len(first) < world:
+        return []  # a rank that iterated nothing: nothing to say about coverage
+    seen = {i for e in first for i in e["indices"]}
+    unseen = sorted(set(range(size)) - seen)
+    allowed = sum(e.get("dropped") or 0 for e in first)
+    if first[0]["sampler"] == "DistributedSampler":
+        allowed += (first[0].get("replicas") or world) - 1
+    return unseen if len(unseen) > allowed else []
+
+
+def _unseen_text(first: list[dict], unseen: list[int], world: int) -> str:
+    size, sampler, replicas = first[0]["size"], first[0]["sampler"], first[0].get("replicas")
+    seen = size - len(unseen)
+    shown = ", ".join(map(str, unseen[:8])) + (" ..." if len(unseen) > 8 else "")
+    text = (
+        f"{len(unseen)} of the {size} training items were never seen by any rank in an "
+        f"epoch: the {world} ranks together iterated {seen} (never seen: "
+        f"{'indices' if len(unseen) > 1 else 'index'} {shown}), "
+        "though their shards do not overlap"
+    )
+    if sampler == "DistributedSampler" and replicas and replicas != world:
+        return text + (
+            f"; the DistributedSampler was made with num_replicas={replicas} for a world of "
+            f"{world} ranks, so the shards of the {replicas - world} rank(s) that do not "
+            "exist are never trained on; leave num_replicas and rank out (the group gives "
+            "them) or pass the world size"
+        )
+    return text + "; each epoch must cover the data set once, divided among the ranks"
+
+
+def _repeated_order(mine, repeats, ranks, line) -> tuple[str, int | None]:
+    """Why epochs repeated one order, and the line that owns it: set_epoch never called,
+    called with one value, or called too late (after the epoch's loop)."""
+    owner = next((r for r in ranks if any(e is mine[0] for e in r.loaders)), None)
+    sampler = mine[0].get("sampler_id")
+    calls = [c for c in (owner.set_epochs if owner else []) if c.get("sampler_id") == sampler]
+    same = (
+        f"rank 0 iterated the same order in epoch 0 and the next {len(repeats)} epoch(s) "
+        f"(sampler epoch stayed {repeats[0]['epoch']})"
+    )
+    if not calls:
+        return f"{same}: set_epoch was never called", line
+    values = sorted({c["epoch"] for c in calls}, key=str)
+    if len(values) == 1 and len(calls) > 1:
+        return (
+            f"{same}: set_epoch is called with the same value, {values[0]!r}, every time "
+            f"(line {calls[0]['line']}); pass it the epoch number, set_epoch(epoch)",
+            calls[0]["line"],
+        )
+    at = next(i for i, e in enumerate(mine) if e is repeats[0])
+    return (
+        f"rank 0 iterated the same order in epoch {at - 1} and epoch {at} (the sampler's "
+        f"epoch was still {repeats[0]['epoch']} when epoch {at} began): set_epoch is called "
+        f"too late, at line {calls[0]['line']}, after the epoch's loop has iterated the "
+        "loader; call set_epoch(epoch) before the loop over the loader, at the top of each "
+        "epoch",
+        calls[0]["line"],
+    )
+
+
 def _judge_data(ranks, shown, fine) -> None:
     epochs: dict[int, list[list[dict]]] = {}
     for at, r in enumerate(ranks):
@@ -188,6 +257,11 @@ def _judge_data(ranks, shown, fine) -> None:
             )
             _add(shown, "data_division", text, line)
             continue
+        unseen = _unseen(first, len(ranks))
+        if trained and unseen:
+            _add(shown, "data_division", _unseen_text(first, unseen, len(ranks)),
+                 first[0].get("sampler_line") or line)  # fmt: skip
+            continue
         # the epochs that trained: a look at one batch (next(iter(loader))) is no epoch
         mine = [e for e in per_rank[0] if e["trained"]] or per_rank[0]
         repeats = [
@@ -195,12 +269,7 @@ def _judge_data(ranks, shown, fine) -> None:
         ]
         shuffled = mine[0].get("shuffle", True)
         if trained and sampler == "DistributedSampler" and repeats and shuffled:
-            text = (
-                f"rank 0 iterated the same order in epoch 0 and the next "
-                f"{len(repeats)} epoch(s) (sampler epoch stayed {repeats[0]['epoch']}): "
-                "set_epoch was never called"
-            )
-            _add(shown, "data_division", text, line)
+            _add(shown, "data_division", *_repeated_order(mine, repeats, ranks, line))
             continue
         if trained:
             text = f"each rank iterated its own {counts[0]} of {size} training items" + (
@@ -411,7 +480,34 @@ def why_not_run(outcome: Outcome, reading: Reading) -> str:
         if e:
             return f"the script raised {e['type']}: {e['message']} before calling mp.spawn"
         return "the script ended without calling mp.spawn"
-    return ""
+    ended = _returned(outcome, reading)
+    return f"{ended} before this stage" if ended else ""
+
+
+def _returned(outcome: Outcome, reading: Reading) -> str:
+    """Which processes ended normally, in words ("main returned on ranks 0, 1"), if any did."""
+    ranks = sorted(r.rank for r in outcome.ranks if r.returned)
+    if not ranks or outcome.timed_out or outcome.error:
+        return ""
+    if reading.mode == TORCHRUN:
+        return f"the script ended on {_ranks_text(ranks)}"
+    return f"main returned on {_ranks_text(ranks)}"
+
+
+#: Lines of the run's output quoted when it ended before the doctor could check a stage.
+OUTPUT_LINES = 3
+
+
+def printed(output: str, most: int = OUTPUT_LINES) -> str:
+    """The last lines a run printed, quoted on one line (``""`` when it printed nothing).
+
+    >>> printed("epoch 0\\nno GPU found, stopping\\n")
+    '`epoch 0` / `no GPU found, stopping`'
+    """
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return " / ".join(
+        f"`{line if len(line) <= 160 else line[:157] + '...'}`" for line in lines[-most:]
+    )
 
 
 # -- the diagnosis -----------------------------------------------------------------------------
@@ -523,7 +619,43 @@ def _unfinished(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> Sta
              "--timeout if it only needs longer"],
         )  # fmt: skip
     ended = _ended_badly(outcome)
-    return StageVerdict(FAULT, f"run: {ended}", None, [f"run: {ended}"]) if ended else None
+    if ended:
+        return StageVerdict(FAULT, f"run: {ended}", None, [f"run: {ended}"])
+    return _ended_early(reading, outcome, diagnosis)
+
+
+def _ended_early(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> StageVerdict | None:
+    """A run that ended normally before some stage could be checked: never a healthy one.
+
+    (When no stage at all could be checked, :func:`nothing_checked` says so instead.)
+    """
+    order = list(diagnosis.stages)
+    shown = [order.index(key) for key, v in diagnosis.stages.items() if v.status == OK]
+    if not shown:
+        return None
+    # Only the stages after the last one the run showed: a stage before it
+    # (an IterableDataset's data division, say) was passed, just not seen.
+    unchecked = [
+        key for key in order[max(shown) + 1:] if diagnosis.stages[key].status == NOT_CHECKED
+    ]
+    if not unchecked:
+        return None
+    ended = _returned(outcome, reading) or "the run ended"
+    text = (
+        f"{ended} before {title(unchecked[0])} could be checked, so "
+        f"{'that stage was' if len(unchecked) == 1 else 'those stages were'} never checked "
+        f"({', '.join(title(k) for k in unchecked)})"
+    )
+    said = printed(outcome.output)
+    parts = [f"run: {text}"]
+    if said:
+        parts.append(f"the last lines it printed: {said}")
+    parts.append(
+        "a run is healthy only when it shows every stage working: make the script join "
+        "the group, train on its share of the data through DDP and release the group "
+        "when run as " + ("torchrun runs it" if reading.mode == TORCHRUN else "the doctor runs it")
+    )
+    return StageVerdict(FAULT, "; ".join(parts), None, parts)
 
 
 def _notes(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> list[str]:
@@ -624,9 +756,11 @@ def import_problem(reading: Reading, outcome: Outcome) -> str:
     else:
         return ""
     at = f" (line {e['line']})" if e["line"] else ""
+    said = printed(outcome.output) if e["type"] == "SystemExit" else ""
     return (
         f"{name} crashed before any process could run main: {e['type']}: {e['message']}"
-        f"{at}; fix that, then run the doctor again"
+        f"{at}" + (f"; the last lines it printed: {said}" if said else "")
+        + "; fix that, then run the doctor again"
     )
 
 
@@ -643,4 +777,6 @@ def nothing_checked(diagnosis: Diagnosis, outcome: Outcome, reading: Reading) ->
         else "; make sure it starts its processes and trains when run as "
         + ("torchrun runs it" if reading.mode == TORCHRUN else "a script")
     )
-    return f"nothing in {reading.path.name} could be checked: {why}{hint}"
+    said = printed(outcome.output)
+    said = f"; the last lines it printed: {said}" if said else ""
+    return f"nothing in {reading.path.name} could be checked: {why}{said}{hint}"

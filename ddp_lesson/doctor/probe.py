@@ -13,7 +13,8 @@ runs. From then on, a few torch entry points also write down what they did:
   arrived at the same one, and stops at once, with the evidence, when a rank
   has finished without it, or when the group was already destroyed;
 * ``DataLoader`` iteration: the indices each rank got, epoch by epoch (only
-  the first few batches of an epoch are used, to keep the run short);
+  the first few batches of an epoch are used, to keep the run short), and
+  each ``DistributedSampler``'s line and ``set_epoch`` calls;
 * backward passes: the sum of the parameters each one trains (whatever
   updates them, an optimiser or the learner's own code), and which
   parameters of a DDP model got no gradient;
@@ -30,8 +31,11 @@ installs this and then calls :func:`call_main` or runs the file.
 
 Without a GPU for every rank (as the course's device policy has it), a
 script written for GPUs still runs: ``"nccl"`` becomes ``"gloo"``, ``cuda``
-devices become the CPU, and the device each rank asked for is recorded,
-which is what the doctor checks.
+devices become the CPU (``torch.load``'s ``map_location`` too), and the
+device each rank asked for is recorded, which is what the doctor checks.
+When the script asks how many GPUs there are, ``torch.cuda`` and
+``torch.accelerator`` answer one for each rank (``torch.accelerator`` only
+to the learner's own calls: torch's code keeps asking the real machine).
 
 Records go back through a :class:`ddp_lesson.reports.Channel` of the
 doctor's, one per process, rewritten after every event so that a rank that
@@ -59,6 +63,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader, RandomSampler
 from torch.utils.data import dataloader as _dataloader
+from torch.utils.data.distributed import DistributedSampler
 
 from .. import reports
 from ..launch import ranks
@@ -284,6 +289,88 @@ def _on_cpu(factory: Callable) -> Callable:
     return made
 
 
+def _cpu_location(location: object) -> object:
+    """``torch.load``'s ``map_location`` with every GPU it names as the CPU stand-in."""
+    if isinstance(location, dict):
+        return {k: "cpu" if _cuda_name(v) else v for k, v in location.items()}
+    if isinstance(location, str | torch.device) and _cuda_name(location):
+        return "cpu"
+    return location
+
+
+def _load_on_cpu(load: Callable) -> Callable:
+    def loaded(f, map_location=None, *args, **kwargs):
+        return load(f, _cpu_location(map_location), *args, **kwargs)
+
+    loaded.__doc__ = load.__doc__
+    return loaded
+
+
+def _called_by_learner(depth: int = 2) -> bool:
+    """The learner's file called the function that asks (not torch itself, e.g. DataLoader)."""
+    return _is_learner(sys._getframe(depth).f_code.co_filename)
+
+
+def _install_accelerator(gpus: int) -> None:
+    """``torch.accelerator`` (and ``torch.cuda.current_device``) answering as ``gpus`` GPUs do.
+
+    Only for calls from the learner's file: torch's own code (a DataLoader
+    deciding whether to pin memory) keeps asking the real machine.
+    """
+    accelerator = torch.accelerator
+    real = {
+        name: getattr(accelerator, name)
+        for name in ("is_available", "device_count", "current_accelerator", "set_device_index",
+                     "current_device_index", "synchronize", "empty_cache")
+        if hasattr(accelerator, name)
+    }  # fmt: skip
+    _original.update({f"accelerator.{name}": f for name, f in real.items()})
+    chosen = [0]  # the index set_device_index (or torch.cuda.set_device) chose
+
+    def answer(name: str, stand_in: Callable) -> Callable:
+        def asked(*args, **kwargs):
+            if _called_by_learner():
+                return stand_in(*args, **kwargs)
+            return real[name](*args, **kwargs)
+
+        asked.__doc__ = real[name].__doc__
+        return asked
+
+    def set_index(device, /):
+        _record_set_device(device, learner_line(3))
+
+    stand_ins = {
+        "is_available": lambda: True,
+        "device_count": lambda: gpus,
+        "current_accelerator": lambda check_available=False: torch.device("cuda"),
+        "set_device_index": set_index,
+        "current_device_index": lambda: chosen[0],
+        "synchronize": lambda device=None, /: None,
+        "empty_cache": lambda: None,
+    }
+    for name, stand_in in stand_ins.items():
+        if name in real:
+            setattr(accelerator, name, answer(name, stand_in))
+    _state["chosen"] = chosen
+    current_device = _original["current_device"] = torch.cuda.current_device
+
+    def current_cuda_device():
+        return chosen[0] if _called_by_learner() else current_device()
+
+    current_cuda_device.__doc__ = current_device.__doc__
+    torch.cuda.current_device = current_cuda_device
+
+
+def _record_set_device(device: object, line: int | None) -> None:
+    record = _state["record"]
+    if record is not None:
+        record.set_device.append({"asked": _cuda_name(device), "line": line})
+    name = _cuda_name(device)
+    chosen = _state.get("chosen")
+    if chosen is not None and name and ":" in name:
+        chosen[0] = int(name.split(":")[1])
+
+
 def _install_cpu_stand_ins(gpus: int) -> None:
     tensor_to, module_to = torch.Tensor.to, nn.Module.to
 
@@ -302,9 +389,7 @@ def _install_cpu_stand_ins(gpus: int) -> None:
         return self
 
     def set_device(device):
-        record = _state["record"]
-        if record is not None:
-            record.set_device.append({"asked": _cuda_name(device), "line": learner_line()})
+        _record_set_device(device, learner_line())
 
     torch.Tensor.to = tensor_to_cpu
     torch.Tensor.cuda = lambda self, *a, **k: self
@@ -315,9 +400,12 @@ def _install_cpu_stand_ins(gpus: int) -> None:
     torch.cuda.empty_cache = lambda: None
     for name in FACTORIES:
         setattr(torch, name, _on_cpu(getattr(torch, name)))
+    _original["load"] = torch.load
+    torch.load = torch.serialization.load = _load_on_cpu(torch.load)
     if gpus:
         _original["device_count"] = torch.cuda.device_count
         torch.cuda.device_count = lambda: gpus
+        _install_accelerator(gpus)
 
 
 def _install_placement_record() -> None:
@@ -362,13 +450,7 @@ def _backend(asked: object) -> str:
 def _init_process_group(*args, **kwargs):
     record = _state["record"]
     if dist.is_initialized() and record.init:
-        _stop(
-            "teardown",
-            f"init_process_group was called again while the group from line "
-            f"{record.init['line']} was still up: nothing destroyed it in between "
-            "(torch refuses a second default group); call destroy_process_group() "
-            "when each run ends",
-        )
+        _called_again(record.init["line"])
     bound = inspect.signature(_original["init_process_group"]).bind_partial(*args, **kwargs)
     given = bound.arguments
     rank = given.get("rank", -1)
@@ -386,6 +468,7 @@ def _init_process_group(*args, **kwargs):
         "backend": used,
         "address": os.environ.get("MASTER_ADDR"),
     }
+    _state["init_frames"] = _learner_frames(sys._getframe(1))
     _save()
     nprocs = _state.get("nprocs", 0)
     if world_size is None or world_size < 1 or rank is None or not 0 <= rank < world_size:
@@ -418,9 +501,46 @@ def _init_process_group(*args, **kwargs):
     _save()
 
 
+def _learner_frames(frame) -> list[tuple[object, int]]:
+    """The learner's frames on the stack, innermost first, each with the line it is at."""
+    found = []
+    while frame is not None:
+        if _is_learner(frame.f_code.co_filename):
+            found.append((frame, frame.f_lineno))
+        frame = frame.f_back
+    return found
+
+
+def _called_again(first: int | None) -> None:
+    """init_process_group again while this process's group is up: stop at the repeated call.
+
+    The call that repeats is the line, in a function still running since the
+    first call, that leads to this one (a loop that runs ``setup()`` every
+    epoch: that ``setup()`` line).
+    """
+    before = {id(frame): line for frame, line in _state.get("init_frames", [])}
+    now = _learner_frames(sys._getframe(2))
+    shared = next(((f, line) for f, line in now if id(f) in before), None)
+    line = shared[1] if shared else (now[0][1] if now else None)
+    how = (
+        f"line {line} runs again (it is in a loop)"
+        if shared and before[id(shared[0])] == line
+        else f"it was called at line {first}, and again at line {line}"
+    )
+    _stop(
+        "process_group",
+        f"init_process_group is called again while the group it made (line {first}) is "
+        f"still up: {how}, and torch refuses a second default group; call it once per "
+        "process, before the training loop (to start a new group on purpose, call "
+        "destroy_process_group() first)",
+        line,
+    )
+
+
 def _destroy_process_group(*args, **kwargs):
     record = _state["record"]
     first = record.destroyed is None
+    _state.pop("init_frames", None)  # a later init_process_group is no repeat
     if first:
         record.destroyed = {"line": learner_line()}
         _mark_done()
@@ -595,9 +715,13 @@ def _begin_epoch(iterator) -> None:
         "loader": getattr(loader, "_doctor_number", 0),
         "size": len(iterator._dataset) if hasattr(iterator._dataset, "__len__") else None,
         "sampler": type(sampler).__name__,
+        "sampler_line": getattr(sampler, "_doctor_line", None),
+        "sampler_id": id(sampler),
+        "replicas": getattr(sampler, "num_replicas", None),
         "shuffle": bool(shuffle),
         "epoch": getattr(sampler, "epoch", None),
         "indices": flat,
+        "dropped": _dropped(iterator._index_sampler, len(flat)),
         "batches": len(batches),
         "used": min(keep, len(batches)),
         "trained": False,
@@ -605,6 +729,35 @@ def _begin_epoch(iterator) -> None:
     record.loaders.append(entry)
     _state["epoch"] = entry
     _save()
+
+
+def _dropped(batches: object, taken: int) -> int:
+    """Indices the sampler gave that no batch took (a DataLoader's ``drop_last=True``)."""
+    sampler = getattr(batches, "sampler", None)
+    if not getattr(batches, "drop_last", False) or not hasattr(sampler, "__len__"):
+        return 0
+    try:
+        return max(0, len(sampler) - taken)
+    except TypeError:
+        return 0
+
+
+def _sampler_init(original):
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self._doctor_line = learner_line()
+
+    return init
+
+
+def _set_epoch(original):
+    def set_epoch(self, epoch):
+        record, line = _state["record"], learner_line()
+        if record is not None and line is not None:
+            record.set_epochs.append({"epoch": epoch, "line": line, "sampler_id": id(self)})
+        return original(self, epoch)
+
+    return set_epoch
 
 
 # -- training ---------------------------------------------------------------------------
@@ -794,6 +947,8 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
     DataLoader.__init__ = _loader_init(DataLoader.__init__)
     base = _dataloader._BaseDataLoaderIter
     base._next_index = _next_index(base._next_index)
+    DistributedSampler.__init__ = _sampler_init(DistributedSampler.__init__)
+    DistributedSampler.set_epoch = _set_epoch(DistributedSampler.set_epoch)
     torch.autograd.backward = _backward(torch.autograd.backward)
     DistributedDataParallel.__init__ = _ddp_init(DistributedDataParallel.__init__)
     DistributedDataParallel.forward = _ddp_forward(DistributedDataParallel.forward)
@@ -825,6 +980,11 @@ def rewire(namespace: dict) -> None:
     swaps = {id(original): getattr(c10d, name, None) for name, original in _original.items()}
     swaps[id(_original.get("set_device"))] = torch.cuda.set_device
     swaps[id(_original.get("device_count"))] = torch.cuda.device_count
+    swaps[id(_original.get("current_device"))] = torch.cuda.current_device
+    swaps[id(_original.get("load"))] = torch.load
+    for key, original in _original.items():
+        if key.startswith("accelerator."):
+            swaps[id(original)] = getattr(torch.accelerator, key.split(".", 1)[1])
     for key, value in list(namespace.items()):
         replacement = swaps.get(id(value))
         if replacement is not None and callable(value):

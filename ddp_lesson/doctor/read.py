@@ -110,7 +110,10 @@ class Reading:
         nprocs: the number of processes ``mp.spawn`` is asked for, when the
             code gives it as a constant.
         hard_nccl: ``init_process_group`` is given the literal backend ``"nccl"``.
-        asks_device_count: the code calls ``torch.cuda.device_count()``.
+        asks_device_count: the code asks how many GPUs there are
+            (``torch.cuda.device_count()``, ``torch.accelerator.device_count()``)
+            or whether there is an accelerator (``torch.accelerator.is_available()``,
+            ``current_accelerator()``).
         unstartable: set when the file cannot be run as written (a finding
             says why); the doctor then judges the code without running it.
     """
@@ -334,7 +337,10 @@ def read(path: str | Path) -> Reading:
             "main(rank, world_size, ...) as the lesson does, or add the __main__ block"
         )
         return reading
-    reading.asks_device_count = bool(_calls(tree, "device_count"))
+    reading.asks_device_count = bool(
+        _calls(tree, "device_count", "current_accelerator")
+        or any("accelerator" in ast.unparse(c.func) for c in _calls(tree, "is_available"))
+    )
     _read_spawn(reading, spawns, functions, _Scope(*main_blocks, *tree.body))
     _read_group(reading, tree)
     _read_data(reading, tree, functions)

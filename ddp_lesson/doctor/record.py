@@ -69,8 +69,15 @@ class ProcessRecord:
             ``MASTER_ADDR`` it had set).
         placements: ``{"asked", "line"}`` per ``model.to(...)`` of the learner's.
         set_device: ``{"asked", "line"}`` per ``torch.cuda.set_device``.
-        loaders: ``{"line", "loader", "size", "sampler", "shuffle", "epoch",
-            "indices", "batches", "used", "trained"}`` per epoch of a ``DataLoader``.
+        loaders: ``{"line", "loader", "size", "sampler", "sampler_line",
+            "sampler_id", "replicas", "shuffle", "epoch", "indices", "dropped",
+            "batches", "used", "trained"}`` per epoch of a ``DataLoader``:
+            ``sampler_line`` where its ``DistributedSampler`` was made,
+            ``sampler_id`` the sampler's ``id()`` in that process,
+            ``replicas`` its ``num_replicas``, ``dropped`` the indices the
+            loader's ``drop_last=True`` left out of every batch.
+        set_epochs: ``{"epoch", "line", "sampler_id"}`` per
+            ``DistributedSampler.set_epoch`` call.
         ddp: ``{"line", "device_ids", "module_device", "asked", "error",
             "find_unused", "unused"}`` per ``DistributedDataParallel(...)``;
             ``unused``: its parameters that got no gradient in the first
@@ -108,6 +115,7 @@ class ProcessRecord:
     placements: list[dict] = field(default_factory=list)
     set_device: list[dict] = field(default_factory=list)
     loaders: list[dict] = field(default_factory=list)
+    set_epochs: list[dict] = field(default_factory=list)
     ddp: list[dict] = field(default_factory=list)
     forwards: dict = field(default_factory=lambda: {"wrapped": 0, "raw": 0, "raw_line": None})
     steps: list[dict] = field(default_factory=list)

@@ -416,8 +416,11 @@ def written(root: str) -> list[str]:
     files, gone = os.path.join(root, "files"), os.path.join(root, "gone")
     for top, folders, names in os.walk(files):
         found.update(os.path.join(top, n)[len(files) :] for n in names)
-        if not folders and not names and top != files:  # a folder made and left empty
-            found.add(top[len(files) :])
+        real = top[len(files) :]
+        # a folder made and left empty; not one that was there already (the
+        # layer makes the folders above a file it keeps, and the file may go)
+        if not folders and not names and top != files and not os.path.isdir(real):
+            found.add(real)
     for top, _, names in os.walk(gone):
         if ".gone" in names:
             found.add(top[len(gone) :])

@@ -1,4 +1,4 @@
-"""What `15_after_ddp` measures in `workers/after_fsdp.py`: not part of a DDP script.
+"""What `16_after_ddp` measures in `workers/after_fsdp.py`: not part of a DDP script.
 
 The worker imports this module in one line, so the learner reads DDP only.
 """

@@ -296,3 +296,18 @@ def test_the_layer_keeps_every_change_and_shows_it_back(tmp_path):
     kept = [os.path.relpath(p, user) for p in sandbox.written(str(root))]
     expected = {"data.txt", "log.txt", "moved.txt", "folder/kept.txt", "folder/inner"}
     assert set(kept) == expected, kept
+
+
+def test_a_folder_that_was_there_already_is_not_named_as_written(tmp_path):
+    # The layer makes the folders above a file it keeps; when the script then
+    # deletes that file (a temporary file in /tmp, say), only an empty copy of
+    # a folder the user already had is left: nothing of the user's changed.
+    from ddp_lesson.doctor import sandbox
+
+    there = tmp_path / "there"
+    there.mkdir()
+    root = tmp_path / "layer"
+    (root / "files" / str(there).lstrip("/")).mkdir(parents=True)
+    new = tmp_path / "made_by_the_script"
+    (root / "files" / str(new).lstrip("/")).mkdir(parents=True)
+    assert sandbox.written(str(root)) == [str(new)]

@@ -8,8 +8,10 @@ belongs to no stage); a correct one says ``Planted fault: none``. The
 doctor must get each one right: the stage, the line, the exit code.
 
 Then: a crash in every stage (and outside them) is never a success, a run
-that checks nothing is not one either, and a script that listens on every
-interface or starts more processes than the machine can run gets a note.
+that checks nothing is not one either, nor one whose processes end before
+a stage could be checked (the diagnosis quotes what they printed), and a
+script that listens on every interface or starts more processes than the
+machine can run gets a note.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from ddp_lesson import devices, doctor
 from ddp_lesson.stages import KEYS
@@ -50,6 +53,11 @@ SAYS = {
     "config_world": {"spawning": "for a world of 4"},
     "shared_data": {"data_division": "overlap between ranks 100%"},
     "peek_first": {"data_division": "a new order in each of 3 epochs"},
+    "accelerator": {"model_wrapping": "cuda:0, cuda:1", "notes": "nccl ran as gloo"},
+    "snapshot": {"spawning": "torchrun started 2", "model_wrapping": "cuda:0, cuda:1"},
+    "accumulate": {"data_division": "64 of the 128 training items were never seen"},
+    "late_set_epoch": {"data_division": "set_epoch is called too late"},
+    "connect_each_epoch": {"process_group": "call it once"},
 }
 
 #: Command-line arguments a script is diagnosed with.
@@ -203,3 +211,137 @@ def test_listening_everywhere_and_too_many_processes_get_a_note(tmp_path):
     assert "line 8 uses the address '0.0.0.0'" in notes, notes
     assert "line 13 uses the address '' (an empty host)" in notes, notes
     assert "the script starts 9 processes" in notes and "more CPU processes" in notes, notes
+
+
+# -- runs that end before the doctor could check a stage ---------------------------------------
+GIVES_UP = '''
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(rank, world_size, folder):
+    if not os.path.isdir(folder):
+        print(f"rank {rank}: no shards in {folder}, nothing to train on")
+        return
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    DDP(torch.nn.Linear(2, 1))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    folder = os.path.join(os.path.dirname(__file__), "shards")
+    {top}
+    mp.spawn(train, args=(2, folder), nprocs=2)
+'''
+
+
+def test_a_script_that_ends_before_starting_its_processes_says_what_it_printed(tmp_path):
+    path = tmp_path / "gives_up.py"
+    path.write_text(GIVES_UP.replace(
+        "{top}",
+        'if not os.environ.get("SHARDS_READY"):\n'
+        '        print("set SHARDS_READY=1 once the shards are written")\n'
+        "        sys.exit(0)",
+    ))  # fmt: skip
+    result = doctor.diagnose(path, 2)
+    assert result.exit_code == 2 and not result.ok, str(result)
+    assert "the script ended without calling mp.spawn" in result.problem, result.problem
+    assert "`set SHARDS_READY=1 once the shards are written`" in result.problem, result.problem
+
+
+@pytest.mark.parametrize("style", ["spawn", "torchrun"])
+def test_ranks_that_end_before_the_stages_are_no_success(style, tmp_path):
+    path = tmp_path / "gives_up.py"
+    source = GIVES_UP.replace("{top}", "pass")
+    if style == "torchrun":
+        source = (
+            source.replace("def train(rank, world_size, folder):", "def train(folder):")
+            .replace('print(f"rank {rank}:', 'print(f"rank {os.environ[\'RANK\']}:')
+            .replace('dist.init_process_group("gloo", rank=rank, world_size=world_size)',
+                     'dist.init_process_group("gloo")')
+            .replace("mp.spawn(train, args=(2, folder), nprocs=2)", "train(folder)")
+        )  # fmt: skip
+    path.write_text(source)
+    result = doctor.diagnose(path, 2)
+    shown = str(result)
+    assert not result.problem and not result.ok and result.exit_code == 1, shown
+    assert result.faults == [] and result.failure is not None, shown
+    statuses = [s.status for s in result.stages.values()]
+    assert statuses == [doctor.OK] + [doctor.NOT_CHECKED] * 4, shown
+    ended = "the script ended" if style == "torchrun" else "main returned"
+    ended += " on ranks 0, 1"
+    assert f"not reached: {ended} before this stage" in result.stages["process_group"].evidence
+    assert f"{ended} before connecting processes could be checked" in result.failure.evidence
+    assert "no shards in" in result.failure.evidence, shown
+    assert "nothing to train on`" in result.failure.evidence, shown
+
+
+def test_map_location_naming_a_gpu_loads_onto_the_cpu_stand_in():
+    from ddp_lesson.doctor.probe import _cpu_location
+
+    assert _cpu_location("cuda:1") == "cpu"
+    assert _cpu_location(torch.device("cuda", 0)) == "cpu"
+    assert _cpu_location({"cuda:0": "cuda:1", "cpu": "cpu"}) == {"cuda:0": "cpu", "cpu": "cpu"}
+    assert _cpu_location({"cuda:0": torch.device("cuda:3")}) == {"cuda:0": "cpu"}
+    assert _cpu_location("cpu") == "cpu" and _cpu_location(None) is None
+    mapper = lambda storage, location: storage  # noqa: E731
+    assert _cpu_location(mapper) is mapper
+
+
+ITERABLE = '''
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, IterableDataset
+
+
+class Stream(IterableDataset):
+    """Items come from a stream, every world_size-th one for this rank."""
+
+    def __iter__(self):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        for i in range(rank, 64, world):
+            yield torch.full((4,), float(i)), torch.tensor([float(i % 3)])
+
+
+def main(rank, world_size):
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:PORT",
+                            rank=rank, world_size=world_size)
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    for x, y in DataLoader(Stream(), batch_size=8):
+        loss = ((model(x) - y) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mp.spawn(main, args=(2,), nprocs=2)
+'''
+
+
+def test_a_stage_the_run_passed_unseen_is_not_called_an_early_end(tmp_path):
+    # An IterableDataset has no sampler indices to record, so the data division
+    # goes unchecked; the run went on to train through DDP and release the
+    # group, so it did not end before that stage, and nothing is a fault.
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    script = tmp_path / "stream.py"
+    script.write_text(ITERABLE.replace("PORT", str(port)))
+    result = doctor.diagnose(script, 2)
+    shown = str(result)
+    assert not result.problem and result.faults == [] and result.failure is None, shown
+    assert result.stages["data_division"].status == doctor.NOT_CHECKED, shown
+    assert result.stages["model_wrapping"].status == doctor.OK, shown
+    assert "before" not in result.stages["data_division"].evidence.split(":")[0], shown

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ...stages import STAGES
 
-#: Wrong tries after which a prediction check shows the right answer.
+#: Wrong tries after which a check shows the right answer (or the line that fixes it).
 REVEAL_AFTER = 3
 
 #: Words a learner may use for each stage, besides its key and title.
@@ -129,6 +129,12 @@ def tried(key: str) -> int:
     """Count one more wrong try at the question ``key``; return how many so far."""
     _tries[key] += 1
     return _tries[key]
+
+
+def forget_starting(prefix: str) -> None:
+    """Start counting afresh for every question whose key starts with ``prefix``."""
+    for key in [k for k in _tries if k.startswith(prefix)]:
+        del _tries[key]
 
 
 def forget(key: str | None = None) -> None:

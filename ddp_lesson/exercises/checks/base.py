@@ -5,18 +5,26 @@ a few plain lines: passed; not attempted yet; or failed, with what was
 expected, what happened, and which stage and line own the fix. A check
 never raises and never hangs: learner code runs inside bounded launches and
 any error it raises becomes part of the message.
+
+A fix is told in two steps, as the fault-finding checks tell theirs: first
+what went wrong and where to look; the line that fixes it only after a few
+tries at the same mistake, or at once with ``reveal=True``. A check builds
+such a failure with ``failed(..., answer=LINE)``, and :func:`graded` decides
+whether the line is shown yet (see :func:`told`).
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ... import devices, launch
+from . import answers
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted yet"
 
@@ -26,6 +34,9 @@ CHECK_TIMEOUT_S = 45
 #: Most characters of an error a check quotes.
 QUOTED_CHARS = 600
 
+#: What a failure shows in place of its stage while finding the stage is the exercise.
+HIDDEN = "not shown yet: finding it is the exercise"
+
 
 @dataclass
 class Result:
@@ -34,10 +45,17 @@ class Result:
     Attributes:
         check: the check's name, e.g. ``"check_spawn"``.
         status: ``"passed"``, ``"failed"`` or ``"not attempted yet"``.
-        stage: for a failure, the stage's title (see :mod:`ddp_lesson.stages`)
-            that owns the fix.
+        stage: for a failure, the title of what owns the fix: a stage's title
+            (see :mod:`ddp_lesson.stages`) for everything a DDP script's
+            stages own, or a title of its own for the few mistakes no stage
+            owns (``"the optimiser's learning rate"``). ``None`` when no
+            stage is named: the check was given something it cannot judge
+            (a file that is not the exercise's), or ``stage_hidden`` is set.
         expected, happened, fix: the failure explained.
         note: for a pass, what was verified.
+        stage_hidden: the failure has a stage, but naming it is the exercise
+            (the fault-finding checks, before the learner has found it):
+            ``stage`` is ``None`` and the message says it is not shown yet.
     """
 
     check: str
@@ -47,6 +65,7 @@ class Result:
     happened: str = ""
     fix: str = ""
     note: str = ""
+    stage_hidden: bool = False
 
     def __bool__(self) -> bool:
         return self.status == PASSED
@@ -57,9 +76,15 @@ class Result:
         if self.status == NOT_ATTEMPTED:
             return f"NOT ATTEMPTED YET {self.check}: {self.note}"
         happened = self.happened.replace("\n", "\n            ")
+        if self.stage_hidden:
+            title = f"FAILED {self.check} (stage: {HIDDEN})"
+        elif self.stage is None:
+            title = f"FAILED {self.check}"
+        else:
+            title = f"FAILED {self.check} (stage: {self.stage})"
         return "\n".join(
             [
-                f"FAILED {self.check} (stage: {self.stage})",
+                title,
                 f"  expected: {self.expected}",
                 f"  happened: {happened}",
                 f"  fix:      {self.fix}",
@@ -80,8 +105,73 @@ def not_attempted(check: str, what: str) -> Result:
     return Result(check, NOT_ATTEMPTED, note=f"replace the stub in {what} with your code")
 
 
-def failed(check: str, stage: str, expected: str, happened: str, fix: str) -> Result:
-    return Result(check, FAILED, stage, expected, happened, fix)
+def failed(
+    check: str,
+    stage: str | None,
+    expected: str,
+    happened: str,
+    fix: str,
+    *,
+    answer: str = "",
+) -> Result:
+    """A failed Result.
+
+    Args:
+        fix: where to look and what to think about there.
+        answer: the line (or lines) that fix it, when ``fix`` does not already
+            say it. It is kept back until :func:`told` decides it may be
+            shown (a check decorated with :func:`graded` calls it): after a few
+            tries at the same mistake, or with ``reveal=True``.
+    """
+    result = Result(check, FAILED, stage, expected, happened, fix)
+    if answer:
+        result._answer = answer  # not a field: never shown, never compared
+    return result
+
+
+def hidden_stage(check: str, expected: str, happened: str, fix: str) -> Result:
+    """A failure whose stage the learner is still to find: no stage shown."""
+    return Result(check, FAILED, None, expected, happened, fix, stage_hidden=True)
+
+
+def kept_back(check: str, left: int, what: str = "the line itself") -> str:
+    """What a fix says while ``what`` is kept back for ``left`` more tries."""
+    tries = "try" if left == 1 else "tries"
+    return f"({what}: {check}(..., reveal=True), or after {left} more {tries} at this)"
+
+
+def told(result: Result, target: str, reveal: bool) -> Result:
+    """Show or keep back the line a failure's fix was built with (``failed(..., answer=)``).
+
+    Wrong tries are counted per check, per thing checked (``target``: the
+    learner's file or function) and per mistake (the line that fixes it):
+    the line is shown from the :data:`answers.REVEAL_AFTER`-th try at the
+    same mistake, or at once with ``reveal``. A pass starts every count of
+    that check and target afresh.
+    """
+    prefix = f"{result.check}:{target}:"
+    if result.status == PASSED:
+        answers.forget_starting(prefix)
+        return result
+    answer = result.__dict__.pop("_answer", "")
+    if not answer:
+        return result
+    tries = answers.tried(prefix + answer)
+    if reveal or tries >= answers.REVEAL_AFTER:
+        result.fix = f"{result.fix}; the fix: {answer}"
+    else:
+        result.fix = f"{result.fix} {kept_back(result.check, answers.REVEAL_AFTER - tries)}"
+    return result
+
+
+def _target(value: object) -> str:
+    """What a check checks, as its tries are counted: a file's path, a function's name."""
+    if isinstance(value, (str, Path)):
+        return str(Path(value).resolve())
+    name = getattr(value, "__qualname__", None)
+    if name is not None:
+        return f"{getattr(value, '__module__', '')}.{name}"
+    return repr(value)[:80]
 
 
 def missing_file(check: str, path: str | Path) -> Result:
@@ -139,15 +229,29 @@ def multiple_choice(
             for the function's docstring.
     """
 
-    def answer_check(answer: object) -> Result:
+    def answer_check(answer: object, *, reveal: bool = False) -> Result:
         if is_stub(answer):
             return not_attempted(check, "the answer line")
         if str(answer).strip().lower() == right:
+            answers.forget(check)
             return passed(check, note)
-        return failed(check, stage, right, repr(answer), fix)
+        tries = answers.tried(check)
+        if reveal or tries >= answers.REVEAL_AFTER:
+            return failed(check, stage, right, repr(answer), fix)
+        left = answers.REVEAL_AFTER - tries
+        return failed(
+            check,
+            stage,
+            "another letter",
+            repr(answer),
+            f"{fix} {kept_back(check, left, 'the right letter')}",
+        )
 
     answer_check.__name__ = answer_check.__qualname__ = check
-    answer_check.__doc__ = f"Check the multiple-choice answer on {question}."
+    answer_check.__doc__ = (
+        f"Check the multiple-choice answer on {question}.\n\nA wrong letter is told where to "
+        "look; the right one is shown after a few tries, or with ``reveal=True``."
+    )
     return answer_check
 
 
@@ -226,14 +330,29 @@ class EndCheck(Exception):
 
 
 def graded(function: Callable[..., Result]) -> Callable[..., Result]:
-    """Make a ``check_*`` function return the Result of an :class:`EndCheck` its helpers raise."""
+    """Make a ``check_*`` function return the Result of an :class:`EndCheck` its helpers raise.
+
+    The Result is then :func:`told`: a fix built with an ``answer`` shows
+    its line only after a few tries, or when the check is called with
+    ``reveal=True`` (a keyword the function declares). Tries are counted
+    per thing checked, the function's first argument.
+    """
+    signature = inspect.signature(function)
 
     @functools.wraps(function)
     def run(*args, **kwargs) -> Result:
         try:
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
         except EndCheck as ended:
-            return ended.result
+            result = ended.result
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:  # the call itself was wrong: it raised above already
+            return result
+        bound.apply_defaults()
+        given = list(bound.arguments.values())
+        reveal = bool(bound.arguments.get("reveal", False))
+        return told(result, _target(given[0] if given else None), reveal)
 
     return run
 
@@ -247,7 +366,7 @@ def launch_checked(
     stage: str,
     expected: str,
     fix: str = "the line the error names",
-    hang: tuple[str, str, str] | None = None,
+    hang: tuple[str, ...] | None = None,
     explain: Callable[[BaseException], Result | None] | None = None,
 ) -> list:
     """Launch ``probe`` around the learner's file and return the ranks' reports.
@@ -258,7 +377,8 @@ def launch_checked(
     For an error, ``hang`` (expected, happened, fix) explains a launch that
     ran out of time, and ``explain(error)`` may name another specific failure;
     any other error fails the check at ``stage`` with ``expected``, the error
-    quoted, and ``fix``.
+    quoted, and ``fix``. ``hang`` may hold a fourth item: the answer its fix
+    keeps back (see :func:`failed`).
     """
     got, error, early = launch_file(check, path, probe, stubbed, *args)
     if early is not None:
@@ -266,7 +386,8 @@ def launch_checked(
     if error is None:
         return got
     if hang is not None and isinstance(error, launch.LaunchTimeout):
-        raise EndCheck(failed(check, stage, *hang))
+        expected, happened, hint, *answer = hang
+        raise EndCheck(failed(check, stage, expected, happened, hint, answer="".join(answer)))
     specific = explain(error) if explain is not None else None
     if specific is None:  # (a failed Result is falsy: compare with None)
         specific = failed(check, stage, expected, quote(error), fix)

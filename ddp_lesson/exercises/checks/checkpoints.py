@@ -9,7 +9,9 @@ trainings with them in real processes
 (:func:`ddp_lesson.exercises.probes.checkpoints.train`): one that never
 stops, one whose rank 1 is killed right after the first epoch's
 checkpoint, and the same command again, which must resume and end with
-exactly the parameters of the run that never stopped.
+exactly the parameters of the run that never stopped. A failure says what
+happened and where to look; the line that fixes it comes after a few
+tries at the same mistake, or with ``reveal=True``.
 """
 
 from __future__ import annotations
@@ -47,12 +49,13 @@ def _wrapper_keys(state: object) -> list[str]:
 
 
 @graded
-def check_checkpoint(path: str | Path) -> Result:
+def check_checkpoint(path: str | Path, *, reveal: bool = False) -> Result:
     """Train with the learner's checkpoint functions, kill a rank, resume, and compare.
 
     Args:
         path: the file with ``save_checkpoint`` and ``load_checkpoint``, e.g.
             ``"workers/exercise_09.py"``.
+        reveal: show the line that fixes a failure now, even on a first try.
     """
     world_size = devices.plan().world_size
     with tempfile.TemporaryDirectory(prefix="ddp-lesson-checkpoints-") as folder:
@@ -77,7 +80,9 @@ def check_checkpoint(path: str | Path) -> Result:
             return failed(
                 NAME, GROUP, "the checkpoint of epoch 0 on disk after the crash",
                 "no file: rank 1 went on (and died) before rank 0 had written it",
-                "save_checkpoint: barrier() after rank 0's save, on every rank",
+                "save_checkpoint: after rank 0 has started writing, what makes the other "
+                "ranks wait until the file is complete?",
+                answer="barrier() after rank 0's save, outside the `if`, so every rank calls it",
             )  # fmt: skip
 
         got = launch_checked(
@@ -88,12 +93,12 @@ def check_checkpoint(path: str | Path) -> Result:
         return _resumed(got, reference)
 
 
-def _require_start(got: list[dict], epoch: int, expected: str, fix: str) -> None:
+def _require_start(got: list[dict], epoch: int, expected: str, fix: str, answer: str = "") -> None:
     """End the check unless ``load_checkpoint`` returned ``epoch`` on every rank."""
     starts = sorted({repr(r["start"]) for r in got})
     if starts != [repr(epoch)]:
         happened = f"load_checkpoint returned {', '.join(starts)}"
-        raise base.EndCheck(failed(NAME, MODEL, expected, happened, fix))
+        raise base.EndCheck(failed(NAME, MODEL, expected, happened, fix, answer=answer))
 
 
 def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
@@ -107,8 +112,9 @@ def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
             NAME, MODEL, f"rank 0 alone to write, once per epoch: saves per rank "
             f"{[EPOCHS] + [0] * (world_size - 1)}",
             f"saves per rank {saves}",
-            "save_checkpoint: only `if get_rank() == 0:` saves; every rank holds the same "
-            "weights, and several writers of one file overwrite each other",
+            "save_checkpoint, around torch.save: every rank holds the same weights, and "
+            "several writers of one file overwrite each other; one rank is enough",
+            answer="torch.save(...) inside `if get_rank() == 0:`",
         )  # fmt: skip
     early = [r["rank"] for r in got if r["complete_after_save"] is False]
     if early:
@@ -116,7 +122,9 @@ def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
             NAME, GROUP, "every rank to leave save_checkpoint only once the file is complete",
             f"rank(s) {early} returned while rank 0 was still writing it (its first save "
             f"was held back {probes.SLOW_SAVE_S} s, as a slow disk would)",
-            "save_checkpoint: barrier() after the save, outside the `if`, so every rank "
+            "save_checkpoint, after the save: nothing made the other ranks wait for rank 0 "
+            "to finish writing; what does every rank call to wait for all the others?",
+            answer="barrier() after the save, outside the `if`, so every rank calls it and "
             "waits for rank 0",
         )  # fmt: skip
     try:
@@ -130,7 +138,9 @@ def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
         return failed(
             NAME, MODEL, "the network's own names (linear_relu_stack.0.weight, ...)",
             f"the wrapper's: {wrapped[0]}, ...; a plain NeuralNetwork refuses to load them",
-            "save_checkpoint: save model.module.state_dict(), not model.state_dict()",
+            "save_checkpoint, where the state is gathered: the DDP wrapper prefixes every "
+            "name with `module.`; save the network inside it",
+            answer="model.module.state_dict(), not model.state_dict()",
         )  # fmt: skip
     return None
 
@@ -138,7 +148,8 @@ def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
 def _resumed(got: list[dict], reference: list) -> Result:
     _require_start(
         got, 1, "the resumed run to start at epoch 1: the checkpoint holds epoch 0",
-        "load_checkpoint: return the saved epoch + 1",
+        "load_checkpoint's return: the epoch to start at is the one after the saved one",
+        answer='return state["epoch"] + 1 (the saved epoch, plus one)',
     )  # fmt: skip
     bare = [r["rank"] for r in got if any(m == "None" for m in r["map_locations"])]
     if bare or not all(r["map_locations"] for r in got):
@@ -147,7 +158,9 @@ def _resumed(got: list[dict], reference: list) -> Result:
             f"rank(s) {bare or [r['rank'] for r in got if not r['map_locations']]} loaded "
             "without it (or not at all): on GPUs every rank would put rank 0's tensors on "
             "cuda:0",
-            "load_checkpoint: torch.load(path, map_location=device) on every rank",
+            "load_checkpoint, where it reads the file: tell torch.load where this rank's "
+            "tensors go, or they land where rank 0 saved them from",
+            answer="torch.load(path, map_location=device) on every rank",
         )  # fmt: skip
     gap = reports.max_abs_difference(reference + [r["params"] for r in got])
     if gap > TOLERANCE:

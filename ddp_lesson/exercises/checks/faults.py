@@ -6,7 +6,9 @@ running the doctor, and answers with a stage and a line. The check accepts
 only the line that owns the fix, given by its number or its text, never
 just any line that mentions the right word. A wrong answer is told what is
 wrong and where to look; the answer itself is shown only after a few
-tries, or with ``reveal=True``.
+tries, or with ``reveal=True``. While the stage is still the learner's to
+find, a failure names none: its ``stage`` is ``None`` and ``stage_hidden``
+is set, and the message says the stage is not shown yet.
 """
 
 from __future__ import annotations
@@ -16,10 +18,7 @@ from pathlib import Path
 
 from ...stages import stage
 from . import answers
-from .base import Result, failed, is_stub, missing_file, not_attempted, passed
-
-#: What a failure names as its stage while the stage is still the learner's to find.
-HIDDEN = "not shown yet: finding it is the exercise"
+from .base import Result, failed, hidden_stage, is_stub, missing_file, not_attempted, passed
 
 
 @dataclass(frozen=True)
@@ -145,7 +144,7 @@ def _judge(
     if planted is None:
         return failed(
             name,
-            HIDDEN,
+            None,  # no stage: this is not a file the exercise planted
             f"one of the planted files {sorted(PLANTED)}",
             f"{path}",
             "pass the file the exercise wrote",
@@ -156,7 +155,7 @@ def _judge(
         span = answers.statement_span(path, owner)
     except (LookupError, SyntaxError):
         return failed(
-            name, HIDDEN, f"{path} as the exercise wrote it", "the file has been changed",
+            name, None, f"{path} as the exercise wrote it", "the file has been changed",
             "run the %%writefile cell above again, then answer about that file",
         )  # fmt: skip
     text = Path(path).read_text().splitlines()
@@ -179,7 +178,7 @@ def _judge(
             fix = planted.stage_hints[min(tries, 2) - 1]
         if shown:
             return failed(name, right, answer, happened, planted.why)
-        return failed(name, HIDDEN, "the stage whose code the symptom points to", happened, fix)
+        return hidden_stage(name, "the stage whose code the symptom points to", happened, fix)
     if problem:
         happened, fix = problem, "name the line by its number, or copy it whole"
     else:

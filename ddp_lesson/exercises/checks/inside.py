@@ -5,8 +5,9 @@
 copy of the same model, on the same batches, and compares gradients and
 parameters. When they differ it says which mistake the ranks showed (the
 initial broadcast skipped, no hook, the wrong tensor all-reduced, a handle
-never waited for, the sum left undivided) and which line of the learner's
-file owns the fix.
+never waited for, handles of earlier steps kept and used again, the sum
+left undivided) and which line of the learner's file owns the fix; the
+line that fixes it is shown after a few tries, or with ``reveal=True``.
 """
 
 from __future__ import annotations
@@ -58,14 +59,62 @@ def _defined(name: str) -> str:
     return rf"^\s*def {name}\("
 
 
+def _kept(report: dict, grad_gaps: list[float], finish_at: str) -> Result | None:
+    """The failure for handles of earlier steps kept, and used again by a later finish().
+
+    Seen as waits (or futures taken) in a step on handles an earlier step
+    started, or as what ``attach_hooks`` returned holding more entries after
+    every step. Said only when the gradients went wrong: a list that grows
+    while the gradients stay right is no mistake this check can show.
+    """
+    wrong = [n for n, gap in enumerate(grad_gaps, 1) if gap > TOLERANCE]
+    if not wrong:
+        return None
+    held = report["held"]
+    grew = (
+        all(h is not None for h in held)
+        and held[0] > 0
+        and all(b > a for a, b in zip(held, held[1:], strict=False))
+    )
+    again = [(n, k) for n, k in enumerate(report["stale"], 1) if k]
+    if again:
+        step, count = again[0]
+        seen = (
+            f"in step {step}, finish() waited again for {count} handle(s) of all-reduces "
+            "that earlier steps had started: what attach_hooks returned still held them"
+        )
+    elif grew:
+        seen = (
+            f"what attach_hooks returned held {', '.join(map(str, held))} entries after "
+            f"finish() in steps 1 to {len(held)}: the earlier steps' handles were kept"
+        )
+    else:
+        return None
+    first = wrong[0]
+    right = f"step {first - 1} matched DDP's; " if first > 1 else ""
+    return failed(
+        "check_hooks", MODEL,
+        "finish() in each step to wait for and divide that step's all-reduces, and only "
+        "those",
+        f"{seen}, so finish() went through them again, and what it does per handle (divide "
+        "a gradient) was done again. "
+        f"The gradients: {right}from step {first} on they differed from DDP's by up to "
+        f"{max(grad_gaps[first - 1:]):.3g}",
+        f"{finish_at}: what a step collected is used up once finish() has waited for it and "
+        "divided; the next step must find it empty",
+        answer="pending.clear() (empty what attach_hooks returned) as finish's last line",
+    )  # fmt: skip
+
+
 @graded
-def check_hooks(path: str | Path) -> Result:
+def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
     """Launch the learner's hand-built DDP (the file at ``path``) beside DDP and compare.
 
     The file defines ``broadcast_parameters(model)``, ``attach_hooks(model)``
     (registers the hooks, returns what ``finish`` needs) and
     ``finish(model, pending)`` (called after ``loss.backward()``, before
-    ``optimizer.step()``).
+    ``optimizer.step()``). ``reveal=True`` shows the line that fixes a
+    failure now, even on a first try.
     """
     name = "check_hooks"
     path = Path(path)
@@ -86,25 +135,29 @@ def check_hooks(path: str | Path) -> Result:
             "after broadcast_parameters(model), every rank holds rank 0's parameters",
             f"the ranks' parameters still differed by up to {start_gap:.3g}: each rank kept "
             "the weights of its own seed (the initial broadcast was skipped)",
-            "dist.broadcast(tensor.detach(), src=0) for every parameter and buffer, as "
-            "DDP(model) does first",
+            "every parameter and buffer must travel from rank 0 to all ranks before "
+            "training, as DDP(model) does first",
+            "dist.broadcast(tensor.detach(), src=0) for every tensor of model.parameters() "
+            "and model.buffers()",
         ),
         (
             max(r["buffer_gap"] for r in got),
             "rank 0's buffers on every rank too (DDP broadcasts them as well)",
             "the parameters were equal, but the model's buffer still differed between ranks",
+            "which of the model's tensors did the broadcast leave out?",
             "broadcast model.buffers() as well as model.parameters()",
         ),
         (
             max(r["start_vs_rank0"] for r in got),
             "every rank to start from rank 0's parameters, as DDP does",
             "the ranks held equal parameters, but not rank 0's",
+            "which rank does each broadcast copy from?",
             "broadcast from src=0",
         ),
     )
-    for gap, expected, happened, fix in starts:
+    for gap, expected, happened, hint, answer in starts:
         if gap > 0:
-            return failed(name, MODEL, expected, happened, f"{broadcast_at}: {fix}")
+            return failed(name, MODEL, expected, happened, f"{broadcast_at}: {hint}", answer=answer)
 
     report = got[0]
     calls = [c for step in report["calls"] for c in step]
@@ -118,8 +171,10 @@ def check_hooks(path: str | Path) -> Result:
         )
         return failed(
             name, MODEL, "all-reduces started by hooks while loss.backward() runs", happened,
-            f"{hooks_at}: in attach_hooks, call param.register_post_accumulate_grad_hook(hook) "
-            "on every parameter; the hook starts dist.all_reduce(param.grad, async_op=True)",
+            f"{hooks_at}: attach_hooks must give every parameter a hook that backward calls "
+            "once that parameter's gradient is complete, and the hook starts its all-reduce",
+            answer="param.register_post_accumulate_grad_hook(hook) for every parameter, the "
+            "hook starting dist.all_reduce(param.grad, async_op=True)",
         )  # fmt: skip
     # 3. the hook must all-reduce the gradient, not the parameter's values
     wrong = next((c for c in calls if c["target"] == "parameter"), None)
@@ -129,14 +184,17 @@ def check_hooks(path: str | Path) -> Result:
             f"an all-reduce was given the parameter {wrong['parameter']} itself, its values "
             "(the wrong tensor): the ranks summed their weights, and the gradients stayed "
             "their own",
-            f"{_line(path, wrong['line'])}: dist.all_reduce(param.grad, async_op=True)",
+            f"{_line(path, wrong['line'])}: which tensor holds what backward computed?",
+            answer="dist.all_reduce(param.grad, async_op=True)",
         )  # fmt: skip
     blocking = next((c for c in calls if c["in_backward"] and not c["async_op"]), None)
     if blocking is not None:
         return failed(
             name, MODEL, "asynchronous all-reduces, so that backward goes on while they run",
             "an all-reduce made backward wait until it had finished (async_op was not True)",
-            f"{_line(path, blocking['line'])}: async_op=True, and wait for the handles in finish()",
+            f"{_line(path, blocking['line'])}: start it without waiting, keep its handle, and "
+            "wait for the handles in finish()",
+            answer="dist.all_reduce(param.grad, async_op=True), its handle kept for finish()",
         )  # fmt: skip
     if not any(c["target"] == "other" for c in calls):  # one all-reduce per gradient
         for step, step_calls in enumerate(report["calls"], 1):
@@ -157,11 +215,16 @@ def check_hooks(path: str | Path) -> Result:
                 name, MODEL, "finish() to wait for every all-reduce before optimizer.step()",
                 f"in step {step}, {len(unwaited)} of {len(step_calls)} all-reduce handles were "
                 "never waited for: the step read gradients the exchange had not finished with",
-                f"{finish_at}: call handle.wait() on every handle attach_hooks collected, "
-                "then divide",
+                f"{finish_at}: every handle attach_hooks collected must have finished before "
+                "the gradients are read",
+                answer="handle.wait() on every handle attach_hooks collected, then divide",
             )  # fmt: skip
-    # 5. the mean, not the sum
+    # 4b. each step waits for and divides its own all-reduces, not the earlier steps' too
     grad_gaps = [max(r["grad_gap"][n] for r in got) for n in range(STEPS)]
+    kept = _kept(report, grad_gaps, finish_at)
+    if kept is not None:
+        return kept
+    # 5. the mean, not the sum
     summed_gaps = [max(r["summed_gap"][n] for r in got) for n in range(STEPS)]
     for step, (gap, summed) in enumerate(zip(grad_gaps, summed_gaps, strict=True), 1):
         if gap <= TOLERANCE:
@@ -171,13 +234,16 @@ def check_hooks(path: str | Path) -> Result:
                 name, MODEL, "the mean gradient after finish(), as DDP leaves it",
                 f"the gradients were the sum over the {world_size} ranks, {world_size} times "
                 "the mean (nothing divided by the world size)",
-                f"{finish_at}: after waiting, param.grad /= dist.get_world_size()",
+                f"{finish_at}: after waiting, turn each summed gradient into the mean",
+                answer="param.grad /= dist.get_world_size()",
             )  # fmt: skip
         return failed(
             name, MODEL, "the gradients after finish() to equal DDP's",
             f"in step {step} they differed from DDP's by up to {gap:.3g}",
-            f"{finish_at}: wait for each all-reduce of param.grad, then divide by the "
-            "world size",
+            f"{finish_at}: follow one gradient through a step: which all-reduce sums it, "
+            "when finish() waits for it, and what it is divided by",
+            answer="for each (param, handle) of this step: handle.wait(), then "
+            "param.grad /= dist.get_world_size()",
         )  # fmt: skip
     param_gap = max(r["param_gap"] for r in got)
     if param_gap > TOLERANCE:

@@ -7,7 +7,11 @@ environment ``torchrun`` sets) and ``main(rank, world_size, port, ...)``
 (see :mod:`ddp_lesson.exercises.probes.launchers`): through ``main``, as
 ``mp.spawn`` starts it on this machine, and with the environment
 ``torchrun`` gives the processes of two nodes, whose GPUs are simulated so
-that the device each process picks can be checked anywhere.
+that the device each process picks can be checked anywhere. Under
+``mp.spawn`` the GPUs are real or absent, so the check also compares the
+``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` that ``main`` set with what they are
+on one machine (the rank and the world size): a ``main`` that gave every
+process local rank 0 would put them all on ``cuda:0``.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ VARIABLES = "RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER
 
 
 @graded
-def check_launchers(path: str | Path) -> Result:
+def check_launchers(path: str | Path, *, reveal: bool = False) -> Result:
     """Run the learner's worker as ``mp.spawn`` starts it and as ``torchrun`` does, and compare.
 
     Args:
         path: the worker file, e.g. ``"workers/exercise_08.py"``.
+        reveal: show the line that fixes a failure now, even on a first try.
     """
     plan = devices.plan()
     got = launch_checked(
@@ -43,6 +48,9 @@ def check_launchers(path: str | Path) -> Result:
         stage=GROUP, expected="ddp_setup() and main() to run",
         explain=lambda error: _spawn_error(error, plan),
     )  # fmt: skip
+    local = _locals(got, plan.world_size)
+    if local is not None:
+        return local
     for r in got:
         wrong = _wrong(r, plan.world_size, str(plan.device(r["rank"])), plan.backend, "mp.spawn")
         if wrong is not None:
@@ -61,9 +69,10 @@ def check_launchers(path: str | Path) -> Result:
             f"ddp_setup() to join the group torchrun describes: {NODES} nodes of {per_node} "
             "processes",
             _waited(error, total),
-            "ddp_setup: every process joins once, as its global rank: init_process_group("
-            "backend) reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the "
-            "environment; LOCAL_RANK and LOCAL_WORLD_SIZE only number a node's processes",
+            "ddp_setup: every process joins once, as its global rank, in a group of all "
+            f"{total}; LOCAL_RANK and LOCAL_WORLD_SIZE only number a node's processes",
+            answer="init_process_group(backend) with nothing else: it reads RANK, WORLD_SIZE, "
+            "MASTER_ADDR and MASTER_PORT from the environment",
         )  # fmt: skip
     for r in got:
         local = r["rank"] % per_node
@@ -88,13 +97,56 @@ def _waited(error: BaseException, total: int) -> str:
     return quote(error)
 
 
+def _shown(value: int | None) -> str:
+    return "unset" if value is None else str(value)
+
+
+def _locals(got: list[dict], size: int) -> Result | None:
+    """A failure if ``main`` did not give each process its place on this one machine.
+
+    ``mp.spawn`` starts every process on this machine, so each one's local
+    rank is its rank, and the local world size the world size. Without GPUs
+    the device does not show a mistake here (every process takes the CPU),
+    so the variables themselves are compared.
+    """
+    if all((r["local_rank"], r["local_world_size"]) == (r["rank"], size) for r in got):
+        return None
+    said = "; ".join(
+        f"process {r['rank']}: LOCAL_RANK={_shown(r['local_rank'])}, "
+        f"LOCAL_WORLD_SIZE={_shown(r['local_world_size'])}"
+        for r in got
+    )
+    by_local: dict[int | None, list[int]] = {}
+    for r in got:
+        by_local.setdefault(r["local_rank"], []).append(r["rank"])
+    shared = [(k, v) for k, v in by_local.items() if k is not None and len(v) > 1]
+    if shared:
+        local, ranks = shared[0]
+        said += (
+            f". With a GPU for every process, processes {ranks} would all drive "
+            f"cuda:{local} (NCCL refuses two ranks on one GPU)"
+        )
+    return failed(
+        NAME, SPAWNING,
+        f"main to give each of the {size} processes mp.spawn starts its place on this one "
+        "machine, as torchrun would: its own LOCAL_RANK, and LOCAL_WORLD_SIZE the number of "
+        "processes on the machine",
+        f"main set {said}",
+        "main, where it sets LOCAL_RANK and LOCAL_WORLD_SIZE: mp.spawn starts every process "
+        "on this one machine; what are a process's local rank and the local world size there?",
+        answer="LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size)",
+    )  # fmt: skip
+
+
 def _spawn_error(error: BaseException, plan) -> Result:
     text = str(error)
     if "ended without sending its report" in text:
         return failed(
             NAME, SPAWNING, "main to set the environment, then call run_rank(...)",
             "main returned without calling run_rank",
-            "main: end with run_rank(epochs), as the __main__ block does under torchrun",
+            "main: once the environment is set, a process spawned here must do what every "
+            "process does, as the __main__ block has it done under torchrun",
+            answer="run_rank(epochs), as main's last line",
         )  # fmt: skip
     if "KeyError" in text:
         return failed(
@@ -108,8 +160,10 @@ def _spawn_error(error: BaseException, plan) -> Result:
             NAME, GROUP,
             f"the {plan.world_size} processes mp.spawn starts to meet in one group",
             f"they did not meet within {base.CHECK_TIMEOUT_S} s",
-            "main: MASTER_ADDR=127.0.0.1 and MASTER_PORT=str(port); RANK=str(rank) and "
-            "WORLD_SIZE=str(world_size), different for every process",
+            "main: every process must be told one meeting point (MASTER_ADDR, and "
+            "MASTER_PORT from the port it is given) and a RANK of its own out of WORLD_SIZE",
+            answer='MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), '
+            "WORLD_SIZE=str(world_size)",
         )  # fmt: skip
     return failed(
         NAME, SPAWNING, "main(rank, world_size, port) to run under mp.spawn", quote(error),
@@ -140,14 +194,18 @@ def _wrong(
         return failed(
             NAME, GROUP, f"process {rank} {where} to use {device}",
             f"ddp_setup chose {r['device']}{extra}",
-            "ddp_setup: the device follows the local rank, "
-            "device_for(LOCAL_RANK, LOCAL_WORLD_SIZE)",
+            "ddp_setup, where it picks the device: the device follows the local rank (which "
+            "GPU of its own node a process drives), not the global rank",
+            answer='device_for(int(os.environ["LOCAL_RANK"]), '
+            'int(os.environ["LOCAL_WORLD_SIZE"]))',
         )  # fmt: skip
     if per_node and device not in r["set_device"]:
         return failed(
             NAME, GROUP, f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
             f"it selected {r['set_device'] or 'nothing'}",
-            "ddp_setup: torch.cuda.set_device(device) when the device is a GPU, before "
+            "ddp_setup, before init_process_group: a process on a GPU must select that GPU "
+            "before it joins the group (NCCL binds to the selected one)",
+            answer='torch.cuda.set_device(device) when device.type == "cuda", before '
             "init_process_group",
         )  # fmt: skip
     asked = r["asked_backend"] if per_node else r["backend"]

@@ -1,4 +1,8 @@
-"""Checks for the exercises of notebooks 12_batches, 13_evaluation and 14_debugging."""
+"""Checks for the exercises of notebooks 12_batches, 13_evaluation and 14_debugging.
+
+Each failure says what happened and where to look; the line that fixes it
+is shown after a few tries at the same mistake, or with ``reveal=True``.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,10 @@ from .base import Result, failed, graded, launch_checked, not_attempted, passed,
 GROUP = stage("process_group").title
 DATA = stage("data_division").title
 MODEL = stage("model_wrapping").title
+
+#: What owns a learning-rate mistake: none of a DDP script's stages (the data are split
+#: right, the model synchronises right), but the setting the optimiser is built with.
+RATE = "the optimiser's learning rate"
 
 #: (images per rank, world size) pairs that check_global_batch asks about.
 BATCH_CASES = ((32, 1), (32, 2), (16, 4), (64, 8), (8, 3))
@@ -33,15 +41,22 @@ def _first_global_batch(per_rank: int, world_size: int, size: int) -> int:
     return sum(min(per_rank, len(share)) for share in shares)
 
 
+@graded
 def check_global_batch(
-    plan_batches: Callable, base_lr: float = 0.1, base_batch: int = 32
+    plan_batches: Callable,
+    base_lr: float = 0.1,
+    base_batch: int = 32,
+    *,
+    reveal: bool = False,
 ) -> Result:
     """Check ``plan_batches(per_rank, world_size)`` gives the global batch and the scaled lr.
 
     The global batch is compared with what the real ``DistributedSampler``
     and ``DataLoader`` put into one step across all ranks, on the lesson's
-    1438 training images; the learning rate with the linear scaling rule
-    from ``base_lr`` at ``base_batch``.
+    1438 training images (a mistake there is the data's split,
+    "splitting the data"); the learning rate with the linear scaling rule
+    from ``base_lr`` at ``base_batch`` (a mistake there is filed under
+    :data:`RATE`). ``reveal=True`` shows the line that fixes a failure now.
     """
     name = "check_global_batch"
     size = len(data.digits("train"))
@@ -73,19 +88,22 @@ def check_global_batch(
                 f"{per_rank} images per rank on {world_size} rank(s): a global batch of {real} "
                 "(what the ranks' first steps hold together)",
                 f"global_batch = {global_batch!r}",
-                "each rank's loader gives batch_size images, and DDP averages over all "
-                "ranks: global_batch = batch_size x world_size",
+                "each rank's loader gives per_rank images, and one DDP step averages the "
+                "gradients of all ranks: how many images does one step follow?",
+                answer="global_batch = per_rank * world_size",
             )
         rule = base_lr * real / base_batch
         if not isinstance(lr, (int, float)) or not math.isclose(lr, rule, rel_tol=1e-9):
             return failed(
                 name,
-                DATA,
+                RATE,
                 f"lr {rule:g} for a global batch of {real} (lr {base_lr:g} at {base_batch}, "
                 "scaled by the same factor as the batch)",
                 f"lr = {lr!r}",
-                "the linear scaling rule: lr = base_lr x global_batch / base_batch "
-                "(it scales with the global batch, not with the world size alone)",
+                "the linear scaling rule: the learning rate grows by the factor the batch "
+                f"grew by, from base_batch ({base_batch}) to the global batch (not with the "
+                "world size alone)",
+                answer="lr = base_lr * global_batch / base_batch",
             )
     cases = ", ".join(f"{p}x{w}" for p, w in BATCH_CASES)
     return passed(
@@ -97,12 +115,13 @@ def check_global_batch(
 
 # -- 12, exercise 2: accumulation with no_sync() -----------------------------------------
 @graded
-def check_accumulate(path: str | Path) -> Result:
+def check_accumulate(path: str | Path, *, reveal: bool = False) -> Result:
     """Launch the learner's ``accumulate_step`` on real ranks; count its all-reduces.
 
     Every rank gives it a DDP model, an SGD optimiser and four micro-batches
     of its own. The step must equal one SGD step on the four together, and
-    exchange the gradient once.
+    exchange the gradient once. ``reveal=True`` shows the line that fixes a
+    failure now.
     """
     name = "check_accumulate"
     k = MICRO_BATCHES
@@ -137,7 +156,10 @@ def check_accumulate(path: str | Path) -> Result:
             MODEL,
             "one all-reduce of the gradients per optimiser step",
             f"{exchanges:g} all-reduces of the whole gradient for {k} micro-batches",
-            "run every backward but the last inside `with model.no_sync():`",
+            "accumulate_step's loop: every backward but the last must leave out DDP's "
+            "all-reduce, and only the last one exchange the sum",
+            answer="every micro-batch's forward and backward but the last inside "
+            "`with model.no_sync():`",
         )
     gap = reports.max_abs_difference([first["one_batch"], first["params"]])
     if gap > SAME:
@@ -149,7 +171,9 @@ def check_accumulate(path: str | Path) -> Result:
                 MODEL,
                 "the same step as one batch of all the micro-batches",
                 f"a step {k} times as large: the {k} micro-batch gradients were added up undivided",
-                f"divide each micro-batch's loss by {k} (len(micro_batches)) before backward",
+                "accumulate_step, where each micro-batch's loss is computed: each loss is the "
+                "mean over its own images, and backward adds the gradients up",
+                answer="(loss / len(micro_batches)).backward()",
             )
         return failed(
             name,
@@ -175,13 +199,14 @@ def check_accumulate(path: str | Path) -> Result:
 
 # -- 12, exercise 3: seeds for shuffling and for augmentation -----------------------------
 @graded
-def check_seeds(path: str | Path, seed: int = 7) -> Result:
+def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Result:
     """Launch the learner's ``make_loader`` on real ranks; compare shares and augmentation.
 
     Every rank must get its own share of the items (the sampler's shuffle
     the same on every rank), draw augmentation noise of its own (different
     from every other rank's), and draw the same noise again from a loader
-    built again with the same seed.
+    built again with the same seed. ``reveal=True`` shows the line that
+    fixes a failure now.
     """
     name = "check_seeds"
     plan = devices.plan()
@@ -200,8 +225,10 @@ def check_seeds(path: str | Path, seed: int = 7) -> Result:
             DATA,
             f"the {size} items split between the ranks, each once",
             f"{overlap} item(s) in more than one rank's share, {size - len(everything)} in none",
-            "DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed): "
-            "the same seed on every rank, or the ranks' shuffles do not fit together",
+            "make_loader, where the sampler is built: every rank shuffles the whole data set "
+            "and keeps its own part, so the parts fit together only with the same seed on "
+            "every rank, and each rank's own rank and the world size",
+            answer="DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed)",
         )
     noises = [r["noise"] for r in got]
     if len(got) > 1 and any(noises[0][:4] == other[:4] for other in noises[1:]):
@@ -210,8 +237,10 @@ def check_seeds(path: str | Path, seed: int = 7) -> Result:
             DATA,
             "augmentation noise of its own on every rank",
             f"ranks drew the same noise: {noises[0][:3]}...",
-            "seed the loader's workers per rank, e.g. "
-            "DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))",
+            "make_loader, where the DataLoader is built: its workers' random numbers follow "
+            "from the loader's random generator, which every rank seeded alike; its seed "
+            "must differ from rank to rank and still follow from seed",
+            answer="DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))",
         )
     if any(r["noise"] != r["again"] for r in got):
         return failed(
@@ -231,11 +260,12 @@ def check_seeds(path: str | Path, seed: int = 7) -> Result:
 
 # -- 13, exercise 1: evaluation on every rank --------------------------------------------
 @graded
-def check_evaluate(path: str | Path) -> Result:
+def check_evaluate(path: str | Path, *, reveal: bool = False) -> Result:
     """Launch the learner's ``evaluate`` on every rank; compare with the whole test set.
 
     Every rank must return the accuracy on all 359 test images, having
     looked at its own part of them (each image once, over all ranks).
+    ``reveal=True`` shows the line that fixes a failure now.
     """
     name = "check_evaluate"
     plan = devices.plan()
@@ -258,7 +288,9 @@ def check_evaluate(path: str | Path) -> Result:
             GROUP,
             f"the same accuracy on every rank ({truth:.4f})",
             f"per rank: {[round(a, 4) for a in accuracies]}, each of its own part",
-            "add up the counts of right answers and of images with all_reduce, then divide",
+            "evaluate, after counting: each rank counted its own part only; the ranks must "
+            "combine what they counted before anyone divides",
+            answer="all_reduce a tensor of (right answers, images) on every rank, then divide",
         )
     looked = [i for r in got for i in r["looked_at"]]
     if looked:
@@ -269,7 +301,9 @@ def check_evaluate(path: str | Path) -> Result:
                 DATA,
                 f"each rank on its own part of the {size} images",
                 f"every rank evaluated all {size} images",
-                "give rank r the images range(rank, len(test_dataset), world_size)",
+                "evaluate, where the images to look at are chosen: each rank must take its own "
+                "part of the test set, every image in exactly one part",
+                answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
             )
         if twice:
             return failed(
@@ -278,7 +312,9 @@ def check_evaluate(path: str | Path) -> Result:
                 f"each of the {size} test images counted once",
                 f"{len(twice)} image(s) counted more than once ({twice[:5]}): "
                 "a DistributedSampler pads every rank's share to the same length",
-                "Subset(test_dataset, range(rank, len(test_dataset), world_size))",
+                "evaluate, where the images to look at are chosen: split the test set without "
+                "padding, so that every image is in exactly one rank's part",
+                answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
             )
         missed = size - len(set(looked))
         if missed:
@@ -297,7 +333,9 @@ def check_evaluate(path: str | Path) -> Result:
                 f"accuracy {truth:.4f} (right answers / images, over all)",
                 f"{accuracies[0]:.4f}, the mean of the ranks' accuracies: the parts have "
                 "different sizes",
-                "all_reduce the counts (right, images), then divide once",
+                "evaluate, after counting: parts of different sizes weigh differently; "
+                "combine the counts, not the accuracies",
+                answer="all_reduce a tensor of (right answers, images), then divide once",
             )
         return failed(
             name,
@@ -314,13 +352,18 @@ def check_evaluate(path: str | Path) -> Result:
 
 
 # -- 14, exercise 1: parameters without a gradient -----------------------------------------
-def check_unused(params_without_grad: Callable) -> Result:
+@graded
+def check_unused(params_without_grad: Callable, *, reveal: bool = False) -> Result:
     """Check ``params_without_grad(model, loss)`` names what DDP's own error names.
 
     The learner's function runs here, on a plain ``Branchy`` network (a head
     the loss ignores, a frozen layer); the same network then trains under
     DDP on real ranks until DDP fails, with its debug level at INFO, and
-    the parameters its error names are the expected answer.
+    the parameters its error names are the expected answer. Names are
+    compared, as ``model.named_parameters()`` gives them: an answer of
+    positions (DDP's error also lists indices) or of the parameters
+    themselves is told so. ``reveal=True`` shows the line that fixes a
+    failure now.
     """
     name = "check_unused"
     import torch
@@ -353,8 +396,10 @@ def check_unused(params_without_grad: Callable) -> Result:
         )
     named = got[0]["named"]
     try:
-        yours = sorted(str(n) for n in answer)
+        given = list(answer)
     except TypeError:
+        given = None
+    if given is None or isinstance(answer, (str, bytes)):
         return failed(
             name,
             MODEL,
@@ -362,21 +407,70 @@ def check_unused(params_without_grad: Callable) -> Result:
             repr(answer)[:200],
             "return the names from model.named_parameters()",
         )
+    if given and all(isinstance(n, torch.Tensor) for n in given):
+        return failed(
+            name,
+            MODEL,
+            f"{named}: names, as model.named_parameters() gives them (the check compares names)",
+            f"{len(given)} tensor(s): the parameters themselves, not their names",
+            "params_without_grad's return: model.named_parameters() gives each parameter "
+            "with its name; return the names",
+        )
+    yours = sorted(str(n) for n in given)
     if yours == named:
         return passed(name, f"{named}: exactly the parameters DDP's error names.")
+    everything = [n for n, _ in model.named_parameters()]
     frozen = sorted(n for n, p in model.named_parameters() if not p.requires_grad)
-    trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
-    if yours == trainable:
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    positions = _positions(given)
+    if positions is not None:
+        why = (
+            "positions, not names: the check compares names, as model.named_parameters() "
+            "gives them (DDP's error lists the names beside the indices)"
+        )
+        for order, among in ((trainable, "the parameters that train, as DDP numbers them"),
+                             (everything, "model.named_parameters()")):  # fmt: skip
+            if all(i < len(order) for i in positions) and (
+                sorted(order[i] for i in positions) == named
+            ):
+                why += f" (they are the right parameters, counted in {among})"
+                break
+        return failed(
+            name, MODEL, f"{named}: names (the check compares names)", f"{positions}: {why}",
+            "params_without_grad's return: keep each parameter's name, not its position",
+            answer="[name for name, p in model.named_parameters() "
+            "if p.requires_grad and p.grad is None], after loss.backward()",
+        )  # fmt: skip
+    if yours == sorted(trainable):
         why = "every trainable parameter: was loss.backward() called before looking?"
     elif set(frozen) & set(yours):
         extra = sorted(set(frozen) & set(yours))
         why = f"{extra} never train (requires_grad=False), and DDP skips them"
+    elif not set(yours) & set(everything):
+        why = (
+            "none of these is a parameter's name: the check compares names, as "
+            "model.named_parameters() gives them"
+        )
     else:
-        why = "not the parameters that got no gradient"
+        why = "not the parameters that got no gradient (the check compares names)"
     return failed(
         name,
         MODEL,
         f"{named} (what DDP's error names)",
         f"{yours}: {why}",
-        "after loss.backward(), the names of parameters with requires_grad and p.grad is None",
+        "params_without_grad: look at every parameter after loss.backward(): one the loss "
+        "did not use has no gradient; frozen ones never train, and DDP leaves them out",
+        answer="[name for name, p in model.named_parameters() "
+        "if p.requires_grad and p.grad is None], after loss.backward()",
     )
+
+
+def _positions(given: list) -> list[int] | None:
+    """The answer as whole numbers, if it is positions (ints, or strings of digits), else None."""
+    if not given:
+        return None
+    if all(isinstance(i, int) and not isinstance(i, bool) for i in given):
+        return [int(i) for i in given]
+    if all(isinstance(i, str) and i.strip().isdigit() for i in given):
+        return [int(i) for i in given]
+    return None

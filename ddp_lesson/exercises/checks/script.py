@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 from ... import devices, launch
@@ -84,7 +85,7 @@ def _line(lines: list[str], number: int | None) -> str:
 
 
 @graded
-def check_ddp_script(path: str | Path) -> Result:
+def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
     """Run the learner's whole DDP script for real and check every stage.
 
     Args:
@@ -92,6 +93,7 @@ def check_ddp_script(path: str | Path) -> Result:
             ``ddp_setup(rank, world_size, port)`` (returning the device),
             ``main(rank, world_size, port, epochs)``, and a ``__main__`` block
             that starts the processes with ``mp.spawn``.
+        reveal: show the line that fixes a failure now, even on a first try.
     """
     file = base.worker_path(path)
     if file is None:
@@ -162,6 +164,9 @@ def check_ddp_script(path: str | Path) -> Result:
             continue
         title = stage(key).title
         if verdict.status == doctor.FAULT:
+            same = _same_epoch(tree, lines, verdict.evidence) if key == "data_division" else None
+            if same is not None:
+                return same
             return failed(
                 NAME, title, EXPECTED[key], verdict.evidence,
                 _line(lines, verdict.line) or stage(key).owner,
@@ -221,6 +226,54 @@ def _started(file: str, plan, lines: list[str], spawn_line: int) -> Result | obj
     return epochs
 
 
+def _same_epoch(tree: ast.Module, lines: list[str], evidence: str) -> Result | None:
+    """The failure for a sampler that repeated its order although the script calls set_epoch.
+
+    The doctor sees the order repeat. When the script's set_epoch call is
+    given a constant, the check says so itself, at the call, whatever the
+    doctor's words: it is called, with the same epoch every time. When the
+    doctor says set_epoch was never called and the script does call it (with
+    a value the loop never changes, or on another sampler than the loader's),
+    the call is still the line to look at. Otherwise the doctor's verdict
+    stands (``None``).
+    """
+    calls = _calls(tree, "set_epoch")
+    if "the same order" not in evidence or not calls:
+        return None
+    call = calls[0]
+    given = call.args[0] if call.args else next((k.value for k in call.keywords), None)
+    constant = isinstance(given, ast.Constant)
+    if not constant and "set_epoch was never called" not in evidence:
+        return None  # the doctor has found what the call does wrong
+    repeats = re.search(r"the next (\d+) epoch", evidence)
+    epochs = f"in each of the {int(repeats[1]) + 1} epochs" if repeats else "in every epoch"
+    where = _line(lines, call.lineno)
+    if constant:
+        happened = (
+            f"rank 0 iterated the same order {epochs}: set_epoch is called ({where}), "
+            f"but with the same epoch every time, {given.value!r}, so the sampler shuffles "
+            "with the same seed + epoch each epoch"
+        )
+        hint = f"{where}: the number set_epoch is given must change from epoch to epoch"
+    else:
+        stayed = re.search(r"sampler epoch stayed (-?\d+)", evidence)
+        happened = (
+            f"rank 0 iterated the same order {epochs}, and the sampler the DataLoader "
+            f"iterates stayed at epoch {stayed[1] if stayed else 0}: set_epoch is called "
+            f"({where}), but it gave that sampler the same epoch every time (or it reached "
+            "another sampler)"
+        )
+        hint = (
+            f"{where}: which number does it pass, epoch after epoch, and to which sampler? "
+            "It must be the loader's own sampler, told the epoch the loop is in"
+        )
+    return failed(
+        NAME, DATA, EXPECTED["data_division"], happened, hint,
+        answer="set_epoch(epoch) on the sampler the DataLoader was given (sampler=...), at "
+        "the top of the loop over epochs, with that loop's variable",
+    )  # fmt: skip
+
+
 def _joined(got: list[dict], plan, lines: list[str], init_line: int | None) -> Result | None:
     """A Result if some rank's ``ddp_setup`` left it outside the group it should be in."""
     where = _line(lines, init_line) or "ddp_setup"
@@ -248,7 +301,9 @@ def _joined(got: list[dict], plan, lines: list[str], init_line: int | None) -> R
             return failed(
                 NAME, GROUP, f"ddp_setup to return rank {rank}'s device, {want}",
                 f"it returned {report['device']}",
-                "ddp_setup: choose the device (device_for(rank, world_size)), select it, "
-                "and return it",
+                "ddp_setup: a rank trains on a GPU of its own when every rank has one, else "
+                "on the CPU; ddp_setup chooses that device, selects it, and returns it",
+                answer="device = device_for(rank, world_size); torch.cuda.set_device(device) "
+                "when it is a GPU; return device",
             )  # fmt: skip
     return None

@@ -1,4 +1,9 @@
-"""Checks for the exercises of the lesson's stages (notebooks 02 to 06)."""
+"""Checks for the exercises of the lesson's stages (notebooks 02 to 06).
+
+A failure of a file's check says what happened and where to look; the line
+that fixes it comes after a few tries at the same mistake, or with
+``reveal=True``.
+"""
 
 from __future__ import annotations
 
@@ -113,8 +118,11 @@ def check_spawn(start: Callable, world_size: object) -> Result:
 
 # -- stage 2: connecting processes ------------------------------------------------
 @graded
-def check_process_group(path: str | Path) -> Result:
-    """Launch the learner's ``ddp_setup`` and ``cleanup`` (from the file at ``path``) for real."""
+def check_process_group(path: str | Path, *, reveal: bool = False) -> Result:
+    """Launch the learner's ``ddp_setup`` and ``cleanup`` (from the file at ``path``) for real.
+
+    ``reveal=True`` shows the line that fixes a failure now, even on a first try.
+    """
     name = "check_process_group"
     plan = devices.plan()
     got = launch_checked(
@@ -124,7 +132,9 @@ def check_process_group(path: str | Path) -> Result:
         hang=(
             f"all {plan.world_size} ranks to meet in init_process_group",
             f"they did not meet within {base.CHECK_TIMEOUT_S} s",
-            'ddp_setup: MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), and '
+            "ddp_setup: every rank must meet at one address and the port it is given "
+            "(MASTER_ADDR, MASTER_PORT), each as its own rank, in a group of world_size",
+            'MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), and '
             "init_process_group(backend, rank=rank, world_size=world_size)",
         ),
     )  # fmt: skip
@@ -145,7 +155,8 @@ def check_process_group(path: str | Path) -> Result:
                 GROUP,
                 f"rank {rank} of {plan.world_size} in the group",
                 f"rank {report['rank_in_group']} of {report['size_of_group']}",
-                "ddp_setup: init_process_group(..., rank=rank, world_size=world_size)",
+                "ddp_setup: which rank and world size is init_process_group given?",
+                answer="init_process_group(backend, rank=rank, world_size=world_size)",
             )
         if report["backend"] != plan.backend:
             return failed(
@@ -169,7 +180,8 @@ def check_process_group(path: str | Path) -> Result:
                 TEARDOWN,
                 "no group after cleanup()",
                 f"rank {rank}'s group was still initialized",
-                "cleanup: call destroy_process_group()",
+                "cleanup: the group each rank joined must be released before it ends",
+                answer="destroy_process_group()",
             )
     return passed(
         name,
@@ -180,8 +192,13 @@ def check_process_group(path: str | Path) -> Result:
 
 # -- stage 3: splitting the data ---------------------------------------------------
 @graded
-def check_sampler(path: str | Path, size: int = 10, epochs: int = 2) -> Result:
-    """Launch the learner's ``make_loader`` and ``epoch_orders``; compare with the real sampler."""
+def check_sampler(
+    path: str | Path, size: int = 10, epochs: int = 2, *, reveal: bool = False
+) -> Result:
+    """Launch the learner's ``make_loader`` and ``epoch_orders``; compare with the real sampler.
+
+    ``reveal=True`` shows the line that fixes a failure now, even on a first try.
+    """
     name = "check_sampler"
     plan = devices.plan()
     got = launch_checked(
@@ -196,7 +213,9 @@ def check_sampler(path: str | Path, size: int = 10, epochs: int = 2) -> Result:
             DATA,
             f"each rank to iterate its own {-(-size // plan.world_size)} of {size} items",
             f"every rank iterated all {size} items (sampler: {got[0]['sampler']})",
-            "make_loader: DataLoader(..., sampler=DistributedSampler(dataset))",
+            "make_loader: a plain DataLoader hands every item to every rank; it needs "
+            "something that gives each rank its own share",
+            answer="DataLoader(..., sampler=DistributedSampler(dataset))",
         )
     for epoch in range(epochs):
         real = data.sampler_partition(size, plan.world_size, epoch=epoch)
@@ -209,7 +228,9 @@ def check_sampler(path: str | Path, size: int = 10, epochs: int = 2) -> Result:
                 DATA,
                 f"epoch {epoch} in a new order: {real}",
                 f"the same order as epoch 0: {mine}",
-                "epoch_orders: call train_loader.sampler.set_epoch(epoch) before each epoch",
+                "epoch_orders, at the top of each epoch: the sampler shuffles from seed + "
+                "epoch, and nothing told it that the epoch changed",
+                answer="train_loader.sampler.set_epoch(epoch) before each epoch",
             )
         return failed(
             name,
@@ -344,8 +365,11 @@ def _what_is_wrong(
 
 # -- stage 4: synchronising the model ------------------------------------------------
 @graded
-def check_wrap(path: str | Path) -> Result:
-    """Launch the learner's ``wrap(model, rank, device)`` and compare weights and gradients."""
+def check_wrap(path: str | Path, *, reveal: bool = False) -> Result:
+    """Launch the learner's ``wrap(model, rank, device)`` and compare weights and gradients.
+
+    ``reveal=True`` shows the line that fixes a failure now, even on a first try.
+    """
     plan = devices.plan()
     name = "check_wrap"
     got = launch_checked(
@@ -360,7 +384,8 @@ def check_wrap(path: str | Path) -> Result:
                 MODEL,
                 f"rank {report['rank']}'s model on {want}",
                 f"on {report['device']}",
-                "wrap: model.to(device) before DDP",
+                "wrap: the model must be on the rank's device before DDP wraps it",
+                answer="model = model.to(device), before DDP(...)",
             )
     if any(r["wrapper"] != "DistributedDataParallel" for r in got):
         gap = reports.max_abs_difference([r["grads"] for r in got])
@@ -369,7 +394,9 @@ def check_wrap(path: str | Path) -> Result:
             MODEL,
             "a DistributedDataParallel model with equal gradients on every rank",
             f"a plain {got[0]['wrapper']}; gradients differ by up to {gap:.3g}",
-            "wrap: return DDP(model) after moving it to the device",
+            "wrap's return: what it returns is what trains, and only DDP's wrapper averages "
+            "the gradients",
+            answer="return DDP(model) (device_ids=[rank] on a GPU), after moving it to the device",
         )
     for key, what in (("params", "weights"), ("grads", "gradients")):
         gap = reports.max_abs_difference([r[key] for r in got])
@@ -395,5 +422,6 @@ def _cpu_device_ids(error: BaseException) -> Result | None:
     return failed(
         "check_wrap", MODEL, "DDP(model) for a model on the CPU",
         "DDP refused device_ids for a CPU module",
-        "wrap: device_ids=[rank] only when device.type == 'cuda'",
+        "wrap: device_ids names the GPU a model is on; a model on the CPU has none",
+        answer="DDP(model, device_ids=[rank]) only when device.type == 'cuda', else DDP(model)",
     )  # fmt: skip

@@ -8,8 +8,11 @@ steps train a ``DDP`` copy from the same starting weights. While the
 learner's code runs, ``torch.distributed.all_reduce`` is watched: which
 line called it, on which tensor, during backward or not, asynchronously
 or not, and whether anyone waited for its handle before
-``optimizer.step()``. The check (:mod:`ddp_lesson.exercises.checks.inside`)
-turns what was seen into a verdict.
+``optimizer.step()``; and, step by step, how many handles of earlier
+steps ``finish`` waited for again, and how many entries what
+``attach_hooks`` returned still held afterwards. The check
+(:mod:`ddp_lesson.exercises.checks.inside`) turns what was seen into a
+verdict.
 """
 
 from __future__ import annotations
@@ -47,22 +50,30 @@ class HooksReport(TypedDict):
     calls: list[list[AllReduceCall]]  # per step
     grad_gap: list[float]  # per step: this rank's gradients after finish() against DDP's
     summed_gap: list[float]  # per step: against world_size times DDP's (the sum, undivided)
+    stale: list[int]  # per step: waits (or futures taken) on handles of earlier steps
+    held: list[int | None]  # per step: len() of what attach_hooks returned, after finish
     param_gap: float  # parameters after the last step against DDP's
     names: list[str]
 
 
 class _Watched:
-    """A collective's handle that remembers whether someone waited for it."""
+    """A collective's handle that remembers whether someone waited for it, and when."""
 
-    def __init__(self, work, call: AllReduceCall) -> None:
-        self._work, self._call = work, call
+    def __init__(self, work, call: AllReduceCall, watch: _Watch) -> None:
+        self._work, self._call, self._watch = work, call, watch
+        self._step = watch.step  # the step whose backward started it
+
+    def _taken(self) -> None:
+        self._call["waited"] = True
+        if self._watch.step != self._step:  # a handle of an earlier step, used again
+            self._watch.stale[self._watch.step] = self._watch.stale.get(self._watch.step, 0) + 1
 
     def wait(self, *args, **kwargs):
-        self._call["waited"] = True
+        self._taken()
         return self._work.wait(*args, **kwargs)
 
     def get_future(self):
-        self._call["waited"] = True
+        self._taken()
         return self._work.get_future()
 
     def __getattr__(self, name: str):
@@ -80,6 +91,8 @@ class _Watch:
         self.calls: list[AllReduceCall] = []
         self.works: list = []  # every real handle, waited for before the rank leaves
         self.in_backward = False
+        self.step = -1  # the training step now running (-1: before the first)
+        self.stale: dict[int, int] = {}  # step -> uses of earlier steps' handles in it
         self._modules = (dist, c10d)
         self._real = c10d.all_reduce
         for module in self._modules:
@@ -112,13 +125,21 @@ class _Watch:
         if work is None:
             return None
         self.works.append(work)
-        return _Watched(work, call)
+        return _Watched(work, call, self)
 
     def restore(self) -> None:
         for work in self.works:  # nothing may still be in flight when the group goes
             work.wait()
         for module in self._modules:
             module.all_reduce = self._real
+
+
+def _length(pending: object) -> int | None:
+    """How many entries what ``attach_hooks`` returned holds, if it can say."""
+    try:
+        return len(pending)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def _send(report: dict) -> None:
@@ -169,8 +190,9 @@ def hooked_training(rank: int, world_size: int, port: int, path: str, steps: int
             torch.optim.SGD(model.parameters(), lr=0.1),
             torch.optim.SGD(reference.parameters(), lr=0.1),
         ]
-        calls, grad_gap, summed_gap = [], [], []
+        calls, grad_gap, summed_gap, held = [], [], [], []
         for step in range(steps):
+            watch.step = step
             features, labels = _batch(step, rank, world_size, device)
             for optimizer in optimizers:
                 optimizer.zero_grad()
@@ -180,6 +202,7 @@ def hooked_training(rank: int, world_size: int, port: int, path: str, steps: int
             watch.in_backward = False
             worker.finish(model, pending)
             calls.append([dict(c) for c in watch.calls[first:]])  # as they were at the step
+            held.append(_length(pending))
             mine = flat_gradients(model)
             F.cross_entropy(reference(features), labels).backward()
             ddp = flat_gradients(reference)
@@ -198,6 +221,8 @@ def hooked_training(rank: int, world_size: int, port: int, path: str, steps: int
                 calls=calls,
                 grad_gap=grad_gap,
                 summed_gap=summed_gap,
+                stale=[watch.stale.get(step, 0) for step in range(steps)],
+                held=held,
                 param_gap=param_gap,
                 names=[name for name, _ in model.named_parameters()],
             )

@@ -33,7 +33,8 @@ class SetupReport(TypedDict):
     rank: int
     rank_in_group: int
     size_of_group: int
-    local_rank: int | None
+    local_rank: int | None  # LOCAL_RANK as ddp_setup found it (None: unset, or not a number)
+    local_world_size: int | None  # LOCAL_WORLD_SIZE, the same way
     node: int
     device: str
     backend: str
@@ -49,12 +50,12 @@ def _observe(rank: int, worker, node: int) -> None:
     import torch.distributed as dist
 
     device = worker.ddp_setup()
-    local = os.environ.get("LOCAL_RANK")
     report = SetupReport(
         rank=rank,
         rank_in_group=dist.get_rank(),
         size_of_group=dist.get_world_size(),
-        local_rank=int(local) if local is not None and local.isdigit() else None,
+        local_rank=_number("LOCAL_RANK"),
+        local_world_size=_number("LOCAL_WORLD_SIZE"),
         node=node,
         device=str(device),
         backend=str(dist.get_backend()),
@@ -64,6 +65,12 @@ def _observe(rank: int, worker, node: int) -> None:
     dist.barrier()  # no rank leaves while another still connects to it
     dist.destroy_process_group()
     send_report(rank, **{k: v for k, v in report.items() if k != "rank"})
+
+
+def _number(variable: str) -> int | None:
+    """The whole number in the environment variable, or ``None``."""
+    value = os.environ.get(variable, "").strip()
+    return int(value) if value.isdigit() else None
 
 
 def _record_backend() -> None:
