@@ -605,6 +605,29 @@ def _stage_verdict(
     return StageVerdict(NOT_CHECKED, evidence, None)
 
 
+#: Why the run may pass a stage without showing it, by stage.
+UNSEEN = {
+    "data_division": "no DataLoader with indices to record was iterated (the data may come "
+                     "from an IterableDataset or from tensors made in the loop)",
+}
+
+
+def _passed_unseen(diagnosis: Diagnosis) -> None:
+    """Say so where the run went past a stage without showing it: it did not end before it."""
+    order = list(diagnosis.stages)
+    shown = [i for i, v in enumerate(diagnosis.stages.values()) if v.status in (OK, FAULT)]
+    for key in order[: max(shown, default=-1)]:
+        verdict = diagnosis.stages[key]
+        if verdict.status != NOT_CHECKED or not verdict.evidence.startswith("not reached: "):
+            continue
+        why = UNSEEN.get(key, "the run showed nothing about it")
+        rest = verdict.evidence.split("; the code suggests: ", 1)
+        evidence = f"not seen: the run went on to later stages, but {why}"
+        if len(rest) == 2:
+            evidence += "; the code suggests: " + rest[1]
+        diagnosis.stages[key] = StageVerdict(NOT_CHECKED, evidence, verdict.line)
+
+
 def _unfinished(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> StageVerdict | None:
     """A run that did not end well with no fault to show for it: a failure all the same."""
     if outcome.timed_out:
@@ -735,6 +758,7 @@ def verdict(
         diagnosis.stages[key] = _stage_verdict(
             key, reading, shown, fine, stopped, not_run, diagnosis.faults
         )
+    _passed_unseen(diagnosis)
     if diagnosis.failure is None and not diagnosis.faults:
         diagnosis.failure = _unfinished(reading, outcome, diagnosis)
     diagnosis.completed = not (outcome.timed_out or outcome.error or not_run)
