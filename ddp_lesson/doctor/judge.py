@@ -344,6 +344,19 @@ def _parameter_gap(ranks: list[ProcessRecord]) -> tuple[int, float, float | None
     return None
 
 
+def _outside_apart(ranks: list[ProcessRecord]) -> list[dict]:
+    """The trained parameters outside every DDP module that differ across the ranks."""
+    outside = [r.outside for r in ranks]
+    if len(ranks) < 2 or not all(outside) or len({len(o) for o in outside}) != 1:
+        return []
+    apart = []
+    for kept in zip(*outside, strict=True):
+        sums = [o["sum"] for o in kept]
+        if (max(sums) - min(sums)) / max(1.0, max(abs(v) for v in sums)) > TOLERANCE:
+            apart.append(kept[0])
+    return apart
+
+
 def _start_gap(ranks: list[ProcessRecord]) -> float | None:
     """How far the ranks' parameters were apart before the first update (relative)."""
     firsts = [r.trained[0]["sum"] for r in ranks if r.trained]
@@ -398,7 +411,16 @@ def _judge_model(ranks, shown, fine, crashed) -> None:
                 f"; {raw[0]['raw']} training forward pass(es) called the wrapped module "
                 "directly, not through DDP"
             )
-        add(text, raw[0]["raw_line"] if raw else None)
+        apart = _outside_apart(ranks) if wrapped else []
+        if apart:
+            shapes = ", ".join("x".join(map(str, o["shape"])) or "scalar" for o in apart)
+            text += (
+                f"; the ones that differ are outside the module DDP wraps: {len(apart)} "
+                f"tensor(s) the optimiser trains (shapes {shapes}) that DDP never averages. "
+                "Wrap the whole model, every part the optimiser trains, in one DDP(...)"
+            )
+        add(text, (raw[0]["raw_line"] if raw else None) or (
+            wrapped[0].ddp[0]["line"] if apart else None))
         return
     where = sorted({str(_device_of(r) or r.ddp[0]["module_device"]) for r in wrapped})
     ranks_word = "rank" if len(wrapped) == 1 else "ranks"
@@ -410,7 +432,9 @@ def _judge_model(ranks, shown, fine, crashed) -> None:
             f"{how}; parameters identical on every rank after {compared[0]} step(s)"
         )
     elif wrapped:
-        fine["model_wrapping"] = how
+        fine["model_wrapping"] = (
+            f"{how}; no training step ran, so its exchange was not exercised"
+        )
 
 
 def _judge_teardown(reading, ranks, shown, fine) -> None:

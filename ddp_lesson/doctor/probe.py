@@ -845,6 +845,8 @@ def _ddp_init(original):
             "unused": None,
         }
         record.ddp.append(entry)
+        # which parameters DDP keeps in step: an optimiser may train more
+        _state.setdefault("in_ddp", set()).update(id(p) for p in module.parameters())
         if _state["settings"].stand_in and entry["asked"]:
             # The model asked for a GPU and got the CPU from the doctor: drop the
             # GPU-only arguments that DDP would refuse for a CPU module.
@@ -897,6 +899,12 @@ def _after_step(optimizer, args, kwargs) -> None:
         grad_sum = float(sum(g.double().abs().sum() for g in grads if g is not None))
         flat = torch.cat([p.reshape(-1).float().cpu() for p in params])
     record.steps.append({"params": total, "grads": grad_sum})
+    in_ddp = _state.get("in_ddp")
+    if in_ddp:  # what the optimiser trains outside every DDP module, by position
+        record.outside = [
+            {"index": i, "shape": list(p.shape), "sum": float(p.double().sum())}
+            for i, p in enumerate(params) if id(p) not in in_ddp
+        ]
     # evenly spaced values are enough to see two ranks apart, and keep the record small
     record.params = flat[:: max(1, flat.numel() // PARAMS_KEPT)].clone()
     _save()

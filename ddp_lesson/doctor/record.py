@@ -87,6 +87,9 @@ class ProcessRecord:
         steps: ``{"params", "grads"}`` sums after each of the first optimiser steps.
         params: the parameters after the last recorded step (a tensor: all of
             them, or evenly spaced values of a large model's).
+        outside: ``{"index", "shape", "sum"}`` after the last recorded step,
+            per parameter the optimiser trains that no DDP module holds
+            (``index``: its place in the optimiser's parameters).
         trained: ``{"at", "sum", "count"}`` for the first backward passes:
             the sum of the parameters that pass trains, as the forward pass
             used them (``at`` 0 is before any update); this needs no optimiser.
@@ -120,6 +123,7 @@ class ProcessRecord:
     forwards: dict = field(default_factory=lambda: {"wrapped": 0, "raw": 0, "raw_line": None})
     steps: list[dict] = field(default_factory=list)
     params: object = None
+    outside: list[dict] = field(default_factory=list)
     trained: list[dict] = field(default_factory=list)
     collectives: list[dict] = field(default_factory=list)
     waiting: dict | None = None

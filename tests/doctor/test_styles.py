@@ -58,6 +58,7 @@ SAYS = {
     "accumulate": {"data_division": "64 of the 128 training items were never seen"},
     "late_set_epoch": {"data_division": "set_epoch is called too late"},
     "connect_each_epoch": {"process_group": "call it once"},
+    "part_wrapped": {"model_wrapping": "outside the module DDP wraps: 2 tensor(s)"},
 }
 
 #: Command-line arguments a script is diagnosed with.
