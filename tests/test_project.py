@@ -254,6 +254,9 @@ FIGURE = re.compile(
 )
 
 
+#: A release named in prose ("torch 2.6", "Python 3.11"): a fact, not a figure of the run.
+VERSION = r"\b(?:torch|PyTorch|Python|CUDA|NCCL|release|version)s?\s+\d+(?:\.\d+)+"
+
 #: Cells that tools write (checked by their own --check): the badge, the course map.
 GENERATED = ("colab-badge", "course-map")
 
@@ -284,7 +287,7 @@ def test_figures_in_the_prose_come_from_the_run(path):
     for cell in cells(path):
         if cell["cell_type"] != "markdown" or cell.get("id", "").startswith(GENERATED):
             continue  # the course map's figures are computed by tools/course_map.py
-        prose = re.sub(r"`[^`]*`|\]\([^)]*\)", " ", "".join(cell["source"]))
+        prose = re.sub(r"`[^`]*`|\]\([^)]*\)|" + VERSION, " ", "".join(cell["source"]))
         for figure in FIGURE.findall(prose):
             plain = figure.replace(",", "")
             assert figure in run or plain in run or plain in known, (

@@ -158,18 +158,43 @@ def wait_for_kernel(page) -> None:
     raise AssertionError("the notebook's kernel did not become idle within 60 s")
 
 
+def accept_dialogs(page) -> bool:
+    """Accept any dialog JupyterLab has open ("Select Kernel" can open late); True if one was."""
+    accept = page.locator(".jp-Dialog .jp-mod-accept")
+    found = False
+    while accept.count():
+        accept.first.click()
+        found = True
+        time.sleep(0.5)
+    return found
+
+
 def run_all(page) -> None:
-    """Run > Run All Cells, again if the first code cell has not started within 30 s."""
+    """Run > Run All Cells, again if the first code cell has not started within 30 s.
+
+    On a busy machine the "Select Kernel" dialog can open after the kernel
+    looked settled, and it takes the clicks meant for the menu: each try
+    accepts any open dialog first, and a click that a dialog blocked is tried
+    again rather than failing the test.
+    """
     started = page.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
     for _ in range(3):
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator("[data-command='runmenu:run-all']").click()
+        accept_dialogs(page)
+        try:
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click(timeout=30_000)
+            page.locator("[data-command='runmenu:run-all']").click(timeout=30_000)
+        except Exception as error:  # playwright's TimeoutError: a dialog took the click
+            if "Timeout" not in type(error).__name__:
+                raise
+            continue
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if started.count():
                 return
+            if accept_dialogs(page):
+                break  # the dialog may have swallowed the command: run all again
             time.sleep(0.5)
-    raise AssertionError("Run All Cells did not start the notebook's cells")
+    raise AssertionError("Run All Cells did not start the notebook's cells in 3 tries of 30 s")
 
 
 @contextlib.contextmanager
