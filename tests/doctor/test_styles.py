@@ -346,3 +346,18 @@ def test_a_stage_the_run_passed_unseen_is_not_called_an_early_end(tmp_path):
     assert result.stages["data_division"].status == doctor.NOT_CHECKED, shown
     assert result.stages["model_wrapping"].status == doctor.OK, shown
     assert result.stages["data_division"].evidence.startswith("not seen: the run went on"), shown
+
+
+def test_a_wrapped_model_that_never_trains_is_called_wrapped_not_exercised(tmp_path):
+    # Only an evaluation pass runs through DDP: no backward, no optimiser step,
+    # so no gradient was ever exchanged and the verdict must not claim more.
+    path = tmp_path / "evaluates.py"
+    path.write_text(
+        WORKER.format(extra="", before="", sampler="", frozen="", during="", after="")
+        .replace("        loss = ((model(x) - y) ** 2).mean()\n", "        with torch.no_grad():\n"
+                 "            model(x)\n        continue\n")  # fmt: skip
+    )
+    result = doctor.diagnose(path, 2)
+    shown = str(result)
+    assert result.stages["model_wrapping"].status == doctor.OK, shown
+    assert "not exercised" in result.stages["model_wrapping"].evidence, shown
