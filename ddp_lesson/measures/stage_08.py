@@ -1,21 +1,17 @@
 """What `08_torchrun` measures in `workers/stage_08.py`: not part of a DDP script.
 
 The worker imports this module in one line, so the learner reads DDP only.
+It records as stage 06 does (progress bars, the indices of each epoch) and
+reports what torchrun adds: the local rank and the node.
 """
 
 import os
 
+from ddp_lesson.measures.stage_06 import record, seen
 from ddp_lesson.models import flat_parameters
-from ddp_lesson.reports import send_progress, send_report, watch_indices
+from ddp_lesson.reports import send_report
 
-seen = []  # the indices of each epoch, filled as the loop runs
-
-
-def record(rank, train_loader, epochs):
-    def done(epoch):  # moves this rank's progress bar below the cell
-        send_progress(rank, epoch, epochs)
-
-    watch_indices(train_loader, seen, each_epoch=done)
+__all__ = ["record", "report"]
 
 
 def report(rank, device, model, accuracy):
