@@ -74,6 +74,11 @@ def jupyterlab(folder: Path, log_name: str) -> Iterator[tuple[str, str]]:
     (settings / "notification.jupyterlab-settings").write_text(
         '{"fetchNews": "false", "checkForUpdates": false}'
     )
+    # no "Select Kernel" dialog: it can open late, on a busy machine after the
+    # cells have started, and choosing a kernel then swaps the one they run in
+    tracker = folder / ".settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text('{"autoStartDefaultKernel": true}')
     port, token = free_port(), secrets.token_hex(16)
     env = {
         **os.environ,
@@ -179,7 +184,8 @@ def run_all(page) -> None:
     """
     started = page.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
     for _ in range(3):
-        accept_dialogs(page)
+        if accept_dialogs(page):
+            wait_for_kernel(page)  # the kernel a dialog chose, idle, before any cell runs
         try:
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click(timeout=30_000)
             page.locator("[data-command='runmenu:run-all']").click(timeout=30_000)
@@ -192,6 +198,7 @@ def run_all(page) -> None:
             if started.count():
                 return
             if accept_dialogs(page):
+                wait_for_kernel(page)
                 break  # the dialog may have swallowed the command: run all again
             time.sleep(0.5)
     raise AssertionError("Run All Cells did not start the notebook's cells in 3 tries of 30 s")
