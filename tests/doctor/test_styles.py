@@ -279,7 +279,8 @@ def test_ranks_that_end_before_the_stages_are_no_success(style, tmp_path):
     assert f"not reached: {ended} before this stage" in result.stages["process_group"].evidence
     assert f"{ended} before connecting processes could be checked" in result.failure.evidence
     assert "no shards in" in result.failure.evidence, shown
-    assert "nothing to train on`" in result.failure.evidence, shown
+    # the ranks print at once: their lines can run together, so no line end is assumed
+    assert "nothing to train on" in result.failure.evidence, shown
 
 
 def test_map_location_naming_a_gpu_loads_onto_the_cpu_stand_in():
