@@ -1,0 +1,40 @@
+"""What the judge notes a run showed, and the phrases its verdicts share.
+
+:class:`Shown` is one thing the run showed about a stage: a
+:class:`~.read_terms.Finding`, and whether its line is the one a rank
+raised at. The helpers say ranks, a quoted line of the code and an
+exception the same way in every verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .read import Finding, Reading
+
+
+@dataclass
+class Shown:
+    """What the run showed about one stage: a finding, and whether its line is exact."""
+
+    finding: Finding
+    exact: bool = False  # the line a rank raised at: it beats the code's guess
+
+
+def _add(shown: list[Shown], stage: str, text: str, line: int | None = None,
+         exact: bool = False) -> None:
+    """Note what the run showed about ``stage``."""
+    shown.append(Shown(Finding(stage, text, line), exact))
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def _quote(reading: Reading, line: int | None) -> str:
+    text = reading.source(line)
+    return f" (line {line}: `{text}`)" if text else (f" at line {line}" if line else "")
+
+
+def _said(error: dict) -> str:
+    return f"{error['type']}: {error['message']}" if error["message"] else error["type"]

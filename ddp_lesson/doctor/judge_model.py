@@ -1,0 +1,168 @@
+"""What the run shows of wrapping the model: devices, DDP's arguments, parameters in step.
+
+From what each rank recorded: every rank on one GPU, ``device_ids`` that
+do not follow the rank, DDP refusing the model, parameters that got no
+gradient, and parameters that differ across the ranks after training,
+with why (weights apart from the start, forward passes around DDP, tensors
+the optimiser trains outside the module DDP wraps); else how DDP wrapped it.
+"""
+
+from __future__ import annotations
+
+from .judge_evidence import Shown, _add, _said
+from .read import Finding
+from .record import ProcessRecord
+
+#: Parameters closer than this count as equal across ranks.
+TOLERANCE = 1e-6
+
+
+def _device_of(r: ProcessRecord) -> str | None:
+    asked = [p["asked"] for p in r.placements if p["asked"] != "cpu"]
+    if not asked:
+        return None
+    device = asked[0]
+    if device == "cuda":
+        chosen = [s["asked"] for s in r.set_device if s["asked"]]
+        device = chosen[-1] if chosen else "cuda:0"
+    return device
+
+
+def _unused(ranks: list[ProcessRecord]) -> list[str]:
+    """Parameters of a DDP model (without find_unused_parameters) that got no gradient."""
+    for r in ranks:
+        for entry in r.ddp:
+            if entry.get("unused") and not (entry["find_unused"] or entry["static_graph"]):
+                return entry["unused"]
+    return []
+
+
+def _unused_finding(unused: list[str], said: str = "") -> Finding:
+    names = ", ".join(f"`{n}`" for n in unused[:6]) + (" ..." if len(unused) > 6 else "")
+    text = (
+        f"parameter(s) {names} got no gradient in the first backward pass: the loss does "
+        "not depend on them. DDP waits for every parameter's gradient before it can "
+        "finish averaging"
+        + (f", so the next forward pass raised {said.rstrip('.')}" if said else "")
+        + ". Use them in forward, remove them (or set requires_grad=False), or pass "
+        "find_unused_parameters=True to DDP(...)"
+    )
+    return Finding("model_wrapping", text, None)
+
+
+def _parameter_gap(ranks: list[ProcessRecord]) -> tuple[int, float, float | None] | None:
+    """(steps compared, largest difference, difference before any update) across the ranks.
+
+    Optimiser steps when every rank made the same number; else the
+    parameters each backward pass trained (learners who update by hand).
+    ``None`` when the run gives nothing to compare.
+    """
+    stepped = [r for r in ranks if r.params is not None and r.steps]
+    if len(stepped) == len(ranks) > 1 and len({len(r.steps) for r in stepped}) == 1:
+        from .. import reports  # (torch: the records hold tensors, so it is loaded)
+
+        gap = reports.max_abs_difference([r.params for r in stepped])
+        sums = [r.steps[-1]["params"] for r in stepped]
+        gap = max(gap, (max(sums) - min(sums)) / max(1.0, max(abs(v) for v in sums)))
+        return len(stepped[0].steps), gap, _start_gap(ranks)
+    trained = [r.trained for r in ranks]
+    if len(ranks) > 1 and all(trained):
+        common = min(len(t) for t in trained)
+        if common >= 2:
+            sums = [t[common - 1]["sum"] for t in trained]
+            scale = max(1.0, max(abs(s) for s in sums))
+            return common - 1, (max(sums) - min(sums)) / scale, _start_gap(ranks)
+    return None
+
+
+def _outside_apart(ranks: list[ProcessRecord]) -> list[dict]:
+    """The trained parameters outside every DDP module that differ across the ranks."""
+    outside = [r.outside for r in ranks]
+    if len(ranks) < 2 or not all(outside) or len({len(o) for o in outside}) != 1:
+        return []
+    apart = []
+    for kept in zip(*outside, strict=True):
+        sums = [o["sum"] for o in kept]
+        if (max(sums) - min(sums)) / max(1.0, max(abs(v) for v in sums)) > TOLERANCE:
+            apart.append(kept[0])
+    return apart
+
+
+def _start_gap(ranks: list[ProcessRecord]) -> float | None:
+    """How far the ranks' parameters were apart before the first update (relative)."""
+    firsts = [r.trained[0]["sum"] for r in ranks if r.trained]
+    if len(firsts) < 2 or len(firsts) < len(ranks):
+        return None
+    return (max(firsts) - min(firsts)) / max(1.0, max(abs(s) for s in firsts))
+
+
+def _judge_model(ranks, shown, fine, crashed) -> None:
+    def add(text, line=None, exact=False):
+        _add(shown, "model_wrapping", text, line, exact)
+
+    placed = [(r, _device_of(r)) for r in ranks]
+    gpus = [d for _, d in placed if d]
+    if len(ranks) > 1 and len(gpus) == len(ranks) and len(set(gpus)) == 1:
+        line = next(p["line"] for p in ranks[0].placements if p["asked"] != "cpu")
+        add(
+            f"every rank put its model on {gpus[0]}: one GPU does all the work while "
+            "the others idle (or run out of memory); use model.to(rank)",
+            line,
+        )
+    wrapped = [r for r in ranks if r.ddp]
+    for r in wrapped:
+        if r.ddp[0]["error"]:
+            if not crashed:  # else the crash says it, with its line
+                add(f"DDP refused: {r.ddp[0]['error']}", r.ddp[0]["line"], exact=True)
+            return
+    ids = [tuple(r.ddp[0]["device_ids"] or ()) for r in wrapped]
+    if len(wrapped) > 1 and all(ids) and len(set(ids)) == 1:
+        add(
+            f"every rank wrapped its model with device_ids={list(ids[0])}: the ids must "
+            "follow the rank (device_ids=[rank])",
+            wrapped[0].ddp[0]["line"],
+        )
+    unused = _unused(ranks)
+    if unused:
+        finding = _unused_finding(unused, _said(crashed[0][1]) if crashed else "")
+        finding.line = next(e["line"] for r in ranks for e in r.ddp if e.get("unused"))
+        shown.append(Shown(finding))
+    compared = None if unused else _parameter_gap(ranks)  # unused: no step completed
+    raw = [r.forwards for r in ranks if r.forwards["raw"]]
+    if compared is not None and compared[1] > TOLERANCE:
+        steps, gap, start = compared
+        text = f"after {steps} training step(s) the ranks' parameters differ (by up to {gap:.3g})"
+        if not wrapped and start is not None and start > TOLERANCE:
+            text += (
+                "; they differed before the first update already: each rank started from "
+                "weights of its own, and nothing copied rank 0's to the others"
+            )
+        if raw:
+            text += (
+                f"; {raw[0]['raw']} training forward pass(es) called the wrapped module "
+                "directly, not through DDP"
+            )
+        apart = _outside_apart(ranks) if wrapped else []
+        if apart:
+            shapes = ", ".join("x".join(map(str, o["shape"])) or "scalar" for o in apart)
+            text += (
+                f"; the ones that differ are outside the module DDP wraps: {len(apart)} "
+                f"tensor(s) the optimiser trains (shapes {shapes}) that DDP never averages. "
+                "Wrap the whole model, every part the optimiser trains, in one DDP(...)"
+            )
+        add(text, (raw[0]["raw_line"] if raw else None) or (
+            wrapped[0].ddp[0]["line"] if apart else None))
+        return
+    where = sorted({str(_device_of(r) or r.ddp[0]["module_device"]) for r in wrapped})
+    ranks_word = "rank" if len(wrapped) == 1 else "ranks"
+    how = f"DDP wrapped the model on {len(wrapped)} {ranks_word} ({', '.join(where)})"
+    if compared is not None:
+        if not wrapped:
+            how = "the model is not wrapped in DDP, yet the ranks kept it in step themselves"
+        fine["model_wrapping"] = (
+            f"{how}; parameters identical on every rank after {compared[0]} step(s)"
+        )
+    elif wrapped:
+        fine["model_wrapping"] = (
+            f"{how}; no training step ran, so its exchange was not exercised"
+        )

@@ -1,0 +1,64 @@
+"""What the run shows of the processes and their group: spawning, the group, teardown.
+
+Each function notes what a stage did wrong (``shown``) or, when the run
+shows it working, says so (``fine``): the processes that started, the
+group they joined and the collectives they made in it, and whether they
+released the group before they ended.
+"""
+
+from __future__ import annotations
+
+from .judge_evidence import _add, _ranks_text
+from .read import TORCHRUN, WORKER
+
+
+def _judge_spawning(reading, outcome, shown, fine) -> None:
+    script, ranks = outcome.script, outcome.ranks
+    if script is not None and script.spawns and script.spawns[0]["nprocs"] == 0:
+        _add(
+            shown, "spawning",
+            "mp.spawn(..., nprocs=0) started no process at all (world_size came out as 0: "
+            "torch.cuda.device_count() is 0 without GPUs)",
+            script.spawns[0]["line"],
+        )  # fmt: skip
+    entered = [r for r in ranks if not (r.error or {}).get("call")]
+    if not entered:
+        return
+    if reading.mode == TORCHRUN:
+        fine["spawning"] = (
+            f"torchrun started {len(entered)} process(es) (RANK "
+            f"{min(r.rank for r in entered)}..{max(r.rank for r in entered)}), each running "
+            "the script"
+        )
+    elif reading.mode == WORKER:
+        fine["spawning"] = f"{len(entered)} process(es) started, each running main"
+    else:
+        fine["spawning"] = f"mp.spawn started {len(entered)} process(es), each running main"
+
+
+def _judge_group(ranks, fine) -> None:
+    joined = [r for r in ranks if r.init and r.init.get("joined")]
+    if not joined:
+        return
+    backends = sorted({r.init["backend"] for r in joined})
+    claimed = sorted(r.claimed_rank for r in joined)
+    fine["process_group"] = f"ranks {claimed} joined one {'/'.join(backends)} group"
+    calls = [len(r.collectives) for r in joined]
+    if any(calls) and len(set(calls)) == 1:
+        fine["process_group"] += f"; every rank made the same {calls[0]} collective call(s)"
+
+
+def _judge_teardown(reading, ranks, shown, fine) -> None:
+    returned = [r for r in ranks if r.returned and r.init]
+    alive = [r.rank for r in returned if r.alive_at_return]
+    ended = "the script ended" if reading.mode == TORCHRUN else "main returned"
+    if alive:
+        _add(
+            shown, "teardown",
+            f"the process group was still initialised when {ended} on {_ranks_text(alive)}",
+        )  # fmt: skip
+    elif returned:
+        fine["teardown"] = (
+            f"ranks {sorted(r.claimed_rank for r in returned)} released the group "
+            f"(destroy_process_group) before {ended}"
+        )

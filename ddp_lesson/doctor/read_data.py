@@ -1,0 +1,94 @@
+"""What the code says about dividing the data among the ranks.
+
+Follows each training loop back to the ``DataLoader`` it iterates and
+reads that loader's sampler: none at all (every rank iterates the whole
+data set), or a shuffling ``DistributedSampler`` in an epoch loop that
+never calls ``set_epoch``.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from .read_syntax import _calls, _keyword, _name, _Scope, _training_loops
+from .read_terms import Finding
+
+if TYPE_CHECKING:
+    from .read import Reading
+
+
+def _loop_source(loop: ast.For) -> ast.expr:
+    """What a for loop iterates, seen through enumerate(...), tqdm(...) and friends."""
+    it = loop.iter
+    wrappers = ("enumerate", "tqdm", "zip", "iter")
+    while isinstance(it, ast.Call) and _name(it) in wrappers and it.args:
+        it = it.args[0]
+    return it
+
+
+def _loader_call(expr: ast.expr, owner: ast.AST, tree: ast.AST, functions) -> ast.Call | None:
+    """The ``DataLoader(...)`` call behind a loop's iterable, when the code shows it."""
+    value = _Scope(owner).resolve(expr)
+    if isinstance(value, ast.Attribute):  # self.train_loader and the like
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(
+                ast.dump(t) == ast.dump(value) for t in node.targets
+            ):
+                value = node.value
+    if isinstance(value, ast.Call) and _name(value) == "DataLoader":
+        return value
+    if isinstance(value, ast.Call) and _name(value) in functions:
+        loaders = _calls(functions[_name(value)], "DataLoader")
+        return loaders[-1] if loaders else None
+    return None
+
+
+def _shuffles(sampler: ast.expr | None) -> bool:
+    """False when the code builds the sampler with ``shuffle=False`` (its order never changes)."""
+    if not isinstance(sampler, ast.Call):
+        return True
+    shuffle = _keyword(sampler, "shuffle")
+    return not (isinstance(shuffle, ast.Constant) and shuffle.value is False)
+
+
+def _read_data(reading: Reading, tree: ast.Module, functions) -> None:
+    loaders = _calls(tree, "DataLoader")
+    if loaders:
+        reading.lines["data_division"] = loaders[0].lineno
+    for owner, loop in _training_loops(tree):
+        loader = _loader_call(_loop_source(loop), owner, tree, functions)
+        if loader is None:
+            continue
+        reading.lines["data_division"] = loader.lineno
+        sampler = _keyword(loader, "sampler")
+        scope = _Scope(owner)
+        sampler = scope.resolve(sampler, loader.lineno)
+        if sampler is None or (isinstance(sampler, ast.Constant) and sampler.value is None):
+            reading.findings.append(
+                Finding(
+                    "data_division",
+                    "the training DataLoader has no sampler=, so every process iterates "
+                    "the whole data set; add sampler=DistributedSampler(train_dataset)",
+                    loader.lineno,
+                )
+            )
+            return
+        distributed = isinstance(sampler, ast.Call) and _name(sampler) == "DistributedSampler"
+        epochs = [
+            n
+            for n in ast.walk(owner)
+            if isinstance(n, ast.For) and n is not loop and loop in list(ast.walk(n))
+        ]
+        if distributed and _shuffles(sampler) and epochs and not _calls(tree, "set_epoch"):
+            reading.findings.append(
+                Finding(
+                    "data_division",
+                    "the epoch loop never calls set_epoch, so DistributedSampler shuffles "
+                    "with the same seed every epoch and every epoch repeats one order; call "
+                    "train_loader.sampler.set_epoch(epoch) at the top of the loop",
+                    epochs[-1].lineno,
+                    needs="epochs",
+                )
+            )
+        return

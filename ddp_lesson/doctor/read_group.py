@@ -1,0 +1,67 @@
+"""What the code says about the process group: joining it, its collectives, releasing it.
+
+Where ``init_process_group`` is called (and whether its backend is the
+literal ``"nccl"``), whether ``destroy_process_group`` is ever called, and
+collectives that only some ranks call (inside an ``if`` on the rank).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from .read_syntax import _calls, _keyword, _name
+from .read_terms import COLLECTIVES, Finding
+
+if TYPE_CHECKING:
+    from .read import Reading
+
+
+def _mentions_rank(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and "rank" in sub.id:
+            return True
+        if isinstance(sub, ast.Attribute) and "rank" in sub.attr:
+            return True
+        if isinstance(sub, ast.Call) and _name(sub) == "get_rank":
+            return True
+    return False
+
+
+def _read_group(reading: Reading, tree: ast.Module) -> None:
+    inits = _calls(tree, "init_process_group")
+    if inits:
+        reading.lines["process_group"] = inits[0].lineno
+        backend = _keyword(inits[0], "backend", 0)
+        reading.hard_nccl = isinstance(backend, ast.Constant) and backend.value == "nccl"
+    destroys = _calls(tree, "destroy_process_group")
+    if destroys:
+        reading.lines["teardown"] = destroys[0].lineno
+    elif inits:
+        reading.lines["teardown"] = inits[0].lineno
+        reading.findings.append(
+            Finding(
+                "teardown",
+                "the group created by init_process_group is never released: nothing calls "
+                "destroy_process_group(); call it when training ends (in a finally)",
+                inits[0].lineno,
+            )
+        )
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If) or not _mentions_rank(node.test):
+            continue
+        inside = [c for s in node.body for c in _calls(s, *COLLECTIVES)]
+        other = [c for s in node.orelse for c in _calls(s, *COLLECTIVES)]
+        extra = sorted(map(_name, inside)) != sorted(map(_name, other))
+        if extra and (inside or other):
+            call = (inside or other)[0]
+            reading.findings.append(
+                Finding(
+                    "process_group",
+                    f"{ast.unparse(call.func)}() runs only when `{ast.unparse(node.test)}` "
+                    f"{'holds' if inside else 'does not hold'}: every rank must call each "
+                    "collective, so the ranks that do call it wait for the others until "
+                    "the timeout; call it on every rank",
+                    call.lineno,
+                )
+            )
