@@ -56,6 +56,28 @@ def worker_source(stage: str, folder: str | os.PathLike = NOTEBOOKS) -> str:
     raise LookupError(f"no notebook {stage}_*.ipynb in {folder} writes {target}")
 
 
+def write_worker(
+    stage: str, target: str | os.PathLike, folder: str | os.PathLike = NOTEBOOKS
+) -> Path:
+    """Write ``workers/stage_NN.py`` to ``target`` as the stage's notebook writes it.
+
+    A later notebook starts its variants (see :func:`variant`) from this
+    file, so it needs no copy of the stage's script and no run of the
+    stage's notebook.
+
+    Args:
+        stage: the two-digit stage number, e.g. ``"06"``.
+        target: the file to write.
+        folder: the notebooks folder.
+
+    Returns:
+        The path written.
+    """
+    path = Path(target)
+    path.write_text(worker_source(stage, folder))
+    return path
+
+
 #: The comment above the line where a worker imports what its notebook
 #: measures (from :mod:`ddp_lesson.measures`); a line ending with
 #: :data:`MEASURES_TAG` serves only that too.
@@ -143,8 +165,11 @@ def variant(source: str | os.PathLike, target: str | os.PathLike, change: str) -
     ``change`` lists the lines to take out (``-``) and to put in (``+``),
     as in a diff. Consecutive ``-`` lines (and lines kept as they are,
     starting with a space, to say where) must appear together exactly once
-    in ``source``; the ``+`` lines that follow them go where they were.
-    Lines compare without their trailing spaces.
+    in ``source``; the ``+`` lines that follow them go where they were. A
+    ``-...`` line after them takes out the rest of the file too. A line
+    starting with ``@@`` ends a group, as between a diff's hunks (two
+    places that only lose lines). Lines compare without their trailing
+    spaces.
 
     Args:
         source: the worker file to start from.
@@ -165,26 +190,49 @@ def variant(source: str | os.PathLike, target: str | os.PathLike, change: str) -
      x = 1
     -y = 2
     +y = 3  # the mistake
+    >>> _ = (folder / "a.py").write_text("x = 1\ny = 2\nz = 3\n")
+    >>> print(variant(folder / "a.py", folder / "c.py", "-x = 1\n@@\n-z = 3"))
+    --- a.py
+    +++ c.py
+    @@ -1,3 +1 @@
+    -x = 1
+     y = 2
+    -z = 3
+    >>> print(variant(folder / "a.py", folder / "d.py", "-y = 2\n-..."))
+    --- a.py
+    +++ d.py
+    @@ -1,3 +1 @@
+     x = 1
+    -y = 2
+    -z = 3
     >>> import shutil; shutil.rmtree(folder)
     """
     old = Path(source).read_text()
     lines = old.splitlines()
-    hunks: list[tuple[list[tuple[str, str]], list[str]]] = []  # (matched lines, put in)
+    # each group: the lines matched, the lines put in, whether the rest of the file goes too
+    hunks: list[tuple[list[tuple[str, str]], list[str], list[bool]]] = []
+    apart = True  # the next '-' or ' ' line starts a group of its own
     for raw in change.strip("\n").splitlines():
         sign, text = raw[:1], raw[1:]
-        if sign in ("-", " ") and (not hunks or hunks[-1][1]):
-            hunks.append(([(sign, text)], []))
+        if raw.startswith("@@"):
+            apart = True
+        elif raw == "-..." and not apart and not hunks[-1][1]:
+            hunks[-1][2][0] = True
+            apart = True  # nothing is left below to match
+        elif sign in ("-", " ") and (apart or hunks[-1][1]):
+            hunks.append(([(sign, text)], [], [False]))
+            apart = False
         elif sign in ("-", " "):
             hunks[-1][0].append((sign, text))
-        elif sign == "+" and hunks:
+        elif sign == "+" and hunks and (not apart or hunks[-1][2][0]):
             hunks[-1][1].append(text)
         else:
             raise ValueError(
-                "each change line starts with '-', '+' or a space, and '+' lines follow "
-                f"the lines they replace; got {raw!r}"
+                "each change line starts with '-', '+', a space or '@@', and '+' lines "
+                f"follow the lines they replace; got {raw!r}"
             )
     edits = []
-    for matched, added in hunks:
+    for matched, added, to_end in hunks:
         wanted = [text.rstrip() for _, text in matched]
         at = [
             i
@@ -199,7 +247,8 @@ def variant(source: str | os.PathLike, target: str | os.PathLike, change: str) -
                 "give lines that appear once (add the lines around them)"
             )
         kept = [lines[at[0] + n] for n, (sign, _) in enumerate(matched) if sign == " "]
-        edits.append((at[0], len(wanted), kept + added))
+        length = len(lines) - at[0] if to_end[0] else len(wanted)
+        edits.append((at[0], length, kept + added))
     for start, length, replacement in sorted(edits, reverse=True):
         lines[start : start + length] = replacement
     new = "\n".join(lines) + "\n"
