@@ -5,6 +5,7 @@ noisy. They check that the numbers come from real launches, have the
 structure the tables and pictures need, and are consistent with each other.
 """
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -192,9 +193,9 @@ def test_a_process_outside_the_measurement_makes_the_machine_busy(monkeypatch):
         time.sleep(0.05)
     assert others.others_s() >= 0.9, others.others_s()  # its second, less clock rounding
     assert 0 < others.share() <= 1
-    monkeypatch.setattr(bench.measure, "OTHERS_MAX", 0.0)
+    monkeypatch.setattr(bench.conditions, "OTHERS_MAX", 0.0)
     assert "other processes kept" in bench.busy(others)
-    monkeypatch.setattr(bench.measure, "OTHERS_MAX", 1.0)
+    monkeypatch.setattr(bench.conditions, "OTHERS_MAX", 1.0)
     assert bench.busy(others) == ""
 
 
@@ -217,3 +218,44 @@ def test_stage_launches_set_aside_a_workers_package_imported_before(tmp_path, mo
         assert sys.modules["workers"] is workers  # put back as it was
     finally:
         del sys.modules["workers"]
+
+
+def test_first_launch_times_a_new_process_run_under_the_launch(no_leftovers):
+    row = bench.first_launch("05", repeats=1, timeout_s=300)
+    assert 0 < row["min"] == row["median"] == row["max"]
+
+
+def _notebook(path, *cells):
+    import nbformat
+
+    cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+
+
+def test_notebook_times_execute_each_notebook_in_its_own_folder(tmp_path, no_leftovers):
+    _notebook(tmp_path / "tiny.ipynb", "import os\nopen('ran_in.txt', 'w').write(os.getcwd())")
+    rows = bench.notebook_times([tmp_path / "tiny.ipynb"], timeout_s=120)
+    assert [r["notebook"] for r in rows] == ["tiny"] and rows[0]["seconds"] > 0
+    assert (tmp_path / "ran_in.txt").read_text() == str(tmp_path)
+
+
+def test_a_notebook_past_its_deadline_is_stopped_with_its_kernel_and_processes(
+    tmp_path, no_leftovers
+):
+    _notebook(
+        tmp_path / "slow.ipynb",
+        "import subprocess, time\nchild = subprocess.Popen(['sleep', '300'])\n"
+        "open('child.pid', 'w').write(str(child.pid))\ntime.sleep(300)",
+    )
+    with pytest.raises(launch.LaunchTimeout, match="slow.ipynb did not finish within 15 s"):
+        launch.execute_notebook(tmp_path / "slow.ipynb", timeout_s=15)
+    child = tmp_path / "child.pid"  # there if the kernel reached the cell before the deadline
+    if child.exists():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert psutil.Process(int(child.read_text())).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_failing_cell_is_named_with_its_error(tmp_path, no_leftovers):
+    _notebook(tmp_path / "bad.ipynb", "1 / 0")
+    with pytest.raises(launch.LaunchError, match="ZeroDivisionError"):
+        launch.execute_notebook(tmp_path / "bad.ipynb", timeout_s=120)

@@ -1,7 +1,7 @@
 """What the benchmark's ranks run: timed training, timed all-reduces, a launch's phases.
 
-Each function runs in every rank of a launch that :mod:`ddp_lesson.bench.measure`
-starts, joins the launch's group (gloo on CPU, NCCL on GPUs), and reports
+Each function runs in every rank of a launch that :mod:`.throughput` or
+:mod:`.launch_times` starts, joins the launch's group (gloo on CPU, NCCL on GPUs), and reports
 what its clock read.
 """
 

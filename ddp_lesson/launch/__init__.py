@@ -23,6 +23,7 @@ from collections.abc import Callable
 from .capture import OUTPUT_KEPT_BYTES
 from .elastic import TorchrunRun, torchrun
 from .errors import LaunchError, LaunchInterrupted, LaunchTimeout
+from .notebooks import execute_notebook
 from .processes import STOP_GRACE_S
 from .processes import descendants as child_processes
 from .scripts import run_script
@@ -133,6 +134,7 @@ __all__ = [
     "TorchrunRun",
     "bounded",
     "child_processes",
+    "execute_notebook",
     "run_ranks",
     "run_script",
     "start",
