@@ -6,10 +6,13 @@ first ``DDP(...)`` call of a process imports (part of torch's compiler),
 and the course's rank-side modules. A fresh interpreter pays about 0.9 s
 for ``import torch`` and about 1 s more at its first ``DDP(...)``; a rank
 forked from the server pays neither. The server never touches CUDA, so a
-rank forked from it may. The server installs ``destroy_process_group``'s
-pause (:func:`.launch.ranks.pause_after_destroy`), so a forked process has
-it before it imports anything: a process of a script's ``mp.spawn``
-imports the script again first (:func:`.launch.script_main.spawn_warm`).
+rank forked from it may. In the server (which the launch starts with
+``processes.SERVER_FOLDER_VARIABLE`` set), it installs
+``destroy_process_group``'s pause (:func:`.launch.ranks.pause_after_destroy`),
+so a forked process has it before it imports anything: a process of a
+script's ``mp.spawn`` imports the script again first
+(:func:`.launch.script_main.spawn_warm`). Imported anywhere else, it
+changes nothing of torch.
 
 Python's cyclic garbage collector is kept out of the way while the server
 imports: the imports create some 285,000 long-lived objects, and the
@@ -23,6 +26,7 @@ Python process does.
 """
 
 import gc
+import os
 
 collecting = gc.isenabled()
 gc.disable()
@@ -38,8 +42,9 @@ from torch.utils.data.distributed import DistributedSampler  # noqa: E402,F401
 from . import data, devices, models, reports  # noqa: E402,F401
 from .launch import processes, ranks  # noqa: E402,F401
 
-processes.remove_launchers_folder_at_exit()
-ranks.pause_after_destroy()
+if processes.SERVER_FOLDER_VARIABLE in os.environ:  # this process is the warm server
+    processes.remove_launchers_folder_at_exit()
+    ranks.pause_after_destroy()
 
 torch.zeros(1)  # the first tensor allocates torch's CPU allocator state once, here
 data._digits_arrays()  # the digits file, which most ranks load, read once here

@@ -136,7 +136,7 @@ def test_a_script_and_the_ranks_it_spawns_run_as_python_runs_them_with_the_pause
         "if __name__ == '__mp_main__':\n"
         "    print('imported again', flush=True)\n\n\n"
         "def main(rank, word):\n"  # the name bound when the rank imported this file, as __mp_main__
-        "    pauses = getattr(destroy_process_group, 'pauses', False)\n"
+        "    pauses = destroy_process_group.__code__.co_name == 'pausing'\n"
         "    warm, sees = 'ddp_lesson.warm' in sys.modules, os.environ.get('SET_BY_SCRIPT')\n"
         "    default = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL\n"
         "    # one string: unbuffered (run_script), the ranks' print() pieces could interleave\n"
@@ -145,7 +145,8 @@ def test_a_script_and_the_ranks_it_spawns_run_as_python_runs_them_with_the_pause
         "if __name__ == '__main__':\n"
         "    print('name', __name__, 'argv', sys.argv[1:], 'first', sys.path[0] == "
         f"{str(tmp_path)!r})\n"
-        "    print('script pauses', getattr(destroy_process_group, 'pauses', False), flush=True)\n"
+        "    pauses = destroy_process_group.__code__.co_name == 'pausing'\n"
+        "    print('script pauses', pauses, flush=True)\n"
         "    os.environ['SET_BY_SCRIPT'] = 'yes'\n"
         "    mp.spawn(main, args=('hello',), nprocs=2)\n"
     )

@@ -66,7 +66,7 @@ from torch.utils.data import dataloader as _dataloader
 from torch.utils.data.distributed import DistributedSampler
 
 from .. import reports
-from ..launch import ranks
+from ..launch import ranks, torch_hooks
 from . import sandbox
 from .read import COLLECTIVES
 from .record import ProcessRecord, Settings
@@ -100,6 +100,18 @@ class DoctorStop(RuntimeError):
 
 _state: dict = {"installed": False, "record": None}
 _local = threading.local()
+
+
+def _set(owners: object | tuple[object, ...], name: str, value: object) -> None:
+    """Make ``name`` on ``owners`` ``value`` for the rest of this (recorded) process."""
+    torch_hooks.wrap(torch_hooks.point(owners, name), lambda previous: value)
+
+
+def _wrap(owners: object | tuple[object, ...], name: str, make: Callable) -> None:
+    """Make ``name`` on ``owners`` ``make(previous)`` for the rest of this process."""
+    torch_hooks.wrap(torch_hooks.point(owners, name), make)
+
+
 _original: dict[str, object] = {}
 _learner_files: dict[str, bool] = {}
 
@@ -350,7 +362,7 @@ def _install_accelerator(gpus: int) -> None:
     }
     for name, stand_in in stand_ins.items():
         if name in real:
-            setattr(accelerator, name, answer(name, stand_in))
+            _set(accelerator, name, answer(name, stand_in))
     _state["chosen"] = chosen
     current_device = _original["current_device"] = torch.cuda.current_device
 
@@ -358,7 +370,7 @@ def _install_accelerator(gpus: int) -> None:
         return chosen[0] if _called_by_learner() else current_device()
 
     current_cuda_device.__doc__ = current_device.__doc__
-    torch.cuda.current_device = current_cuda_device
+    _set(torch.cuda, "current_device", current_cuda_device)
 
 
 def _record_set_device(device: object, line: int | None) -> None:
@@ -391,20 +403,21 @@ def _install_cpu_stand_ins(gpus: int) -> None:
     def set_device(device):
         _record_set_device(device, learner_line())
 
-    torch.Tensor.to = tensor_to_cpu
-    torch.Tensor.cuda = lambda self, *a, **k: self
-    nn.Module.to, nn.Module.cuda = module_to_cpu, module_cuda_cpu
+    _set(torch.Tensor, "to", tensor_to_cpu)
+    _set(torch.Tensor, "cuda", lambda self, *a, **k: self)
+    _set(nn.Module, "to", module_to_cpu)
+    _set(nn.Module, "cuda", module_cuda_cpu)
     _original["set_device"] = torch.cuda.set_device
-    torch.cuda.set_device = set_device
-    torch.cuda.synchronize = lambda device=None: None
-    torch.cuda.empty_cache = lambda: None
+    _set(torch.cuda, "set_device", set_device)
+    _set(torch.cuda, "synchronize", lambda device=None: None)
+    _set(torch.cuda, "empty_cache", lambda: None)
     for name in FACTORIES:
-        setattr(torch, name, _on_cpu(getattr(torch, name)))
+        _set(torch, name, _on_cpu(getattr(torch, name)))
     _original["load"] = torch.load
-    torch.load = torch.serialization.load = _load_on_cpu(torch.load)
+    _set((torch, torch.serialization), "load", _load_on_cpu(torch.load))
     if gpus:
         _original["device_count"] = torch.cuda.device_count
-        torch.cuda.device_count = lambda: gpus
+        _set(torch.cuda, "device_count", lambda: gpus)
         _install_accelerator(gpus)
 
 
@@ -418,7 +431,7 @@ def _install_placement_record() -> None:
             _place(self, _cuda_name(device), line)
         return module_to(self, *args, **kwargs)
 
-    nn.Module.to = module_to_recorded
+    _set(nn.Module, "to", module_to_recorded)
 
 
 # -- the process group ----------------------------------------------------------------
@@ -945,21 +958,18 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
         ("destroy_process_group", _destroy_process_group),
     ):
         _original[name] = getattr(c10d, name)
-        setattr(c10d, name, patched)
-        setattr(dist, name, patched)
+        _set((c10d, dist), name, patched)
     for name in COLLECTIVES:
         if hasattr(c10d, name):
             _original[name] = getattr(c10d, name)
-            setattr(c10d, name, _collective(name))
-            setattr(dist, name, getattr(c10d, name))
-    DataLoader.__init__ = _loader_init(DataLoader.__init__)
-    base = _dataloader._BaseDataLoaderIter
-    base._next_index = _next_index(base._next_index)
-    DistributedSampler.__init__ = _sampler_init(DistributedSampler.__init__)
-    DistributedSampler.set_epoch = _set_epoch(DistributedSampler.set_epoch)
-    torch.autograd.backward = _backward(torch.autograd.backward)
-    DistributedDataParallel.__init__ = _ddp_init(DistributedDataParallel.__init__)
-    DistributedDataParallel.forward = _ddp_forward(DistributedDataParallel.forward)
+            _set((c10d, dist), name, _collective(name))
+    _wrap(DataLoader, "__init__", _loader_init)
+    _wrap(_dataloader._BaseDataLoaderIter, "_next_index", _next_index)
+    _wrap(DistributedSampler, "__init__", _sampler_init)
+    _wrap(DistributedSampler, "set_epoch", _set_epoch)
+    _wrap(torch.autograd, "backward", _backward)
+    _wrap(DistributedDataParallel, "__init__", _ddp_init)
+    _wrap(DistributedDataParallel, "forward", _ddp_forward)
     register_optimizer_step_post_hook(_after_step)
     if settings.stand_in:
         _install_cpu_stand_ins(settings.gpus)

@@ -88,7 +88,8 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
     from . import sandbox, start
 
     if reading.mode != TORCHRUN:
-        _warm_up()
+        # the server's start is the doctor's own time, not the script's
+        launch.warm_up()
     folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-doctor-")
     path = os.path.realpath(reading.path)
     stand_in = not devices.gpus_for(world_size)
@@ -156,31 +157,6 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
         if supervisor.commands:
             outcome.output = supervisor.commands[0].output
     return outcome
-
-
-def _warm_up() -> None:
-    """Start the warm server (once per process) before the deadline's clock starts.
-
-    The server imports torch once, which takes seconds on a busy machine:
-    that is the doctor's own time, not the script's, and a process the
-    launch starts after its deadline has passed would not be stopped.
-    """
-    import multiprocessing
-    from multiprocessing import forkserver
-
-    if _warm:
-        return
-    forkserver.set_forkserver_preload(["ddp_lesson.warm"])
-    forkserver.ensure_running()
-    # the server answers only once it has imported what it preloads
-    first = multiprocessing.get_context("forkserver").Process(target=os.getpid)
-    first.start()
-    first.join()
-    _warm.append(True)
-
-
-#: Whether this process has started the warm server already.
-_warm: list[bool] = []
 
 
 def _collect(folder: Path) -> list[ProcessRecord]:

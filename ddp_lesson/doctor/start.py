@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
 
+from ..launch import torch_hooks
 from . import probe
 from .record import Settings
 
@@ -108,6 +108,15 @@ def _spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn")
     return _start_processes(fn, args, nprocs, join, daemon, start_method)
 
 
+def _recorded(torch_start: Callable) -> Callable:
+    _torch_start[:] = [torch_start]
+    return _start_processes
+
+
+def _recorded_spawn(torch_spawn: Callable) -> Callable:
+    return _spawn
+
+
 def _run_file(path: str, argv: list[str]) -> None:
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(path))
@@ -131,16 +140,12 @@ def run_worker(index: int, settings: Settings, world_size: int, path: str, args:
 
 def run_script(index: int, settings: Settings, path: str, argv: list[str]) -> None:
     """The script's own process: run the file as ``__main__`` with its spawns recorded."""
-    from ..launch import supervisor
-
-    supervisor.keep_torch_spawn()  # a launch inside the script must not wrap spawn again
-    spawn_module = sys.modules["torch.multiprocessing.spawn"]
-    _torch_start[:] = [spawn_module.start_processes]
+    # recorded here, also where a launch inside the script would take spawn over
+    torch_hooks.hold(torch_hooks.START_PROCESSES)
+    torch_hooks.wrap(torch_hooks.START_PROCESSES, _recorded)
+    torch_hooks.wrap(torch_hooks.SPAWN, _recorded_spawn)
     probe.install(settings, index, script=True)
     record = probe.current()
-    spawn_module.start_processes = _start_processes
-    mp.start_processes = _start_processes
-    mp.spawn = spawn_module.spawn = _spawn
     probe.save()
     code = 0
     try:

@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from .. import devices, reports
 from ..validate import seconds, whole_number
-from . import errors
+from . import errors, torch_hooks
 from .supervisor import Supervisor, listening_socket
 
 #: The only address the course's processes listen on.
@@ -111,9 +111,13 @@ def loopback_only() -> None:
         static_tcp_rendezvous,
     )
 
-    dist.TCPStore = LoopbackTCPStore  # dynamic_rendezvous looks it up here
-    c10d_rendezvous_backend.TCPStore = LoopbackTCPStore
-    static_tcp_rendezvous.TCPStore = LoopbackTCPStore
+    # (dynamic_rendezvous looks it up in torch.distributed)
+    owners = (dist, c10d_rendezvous_backend, static_tcp_rendezvous)
+    torch_hooks.wrap(torch_hooks.point(owners, "TCPStore"), _loopback_store)
+
+
+def _loopback_store(store: type) -> type:
+    return LoopbackTCPStore
 
 
 def fresh_worker_store_per_round() -> None:
@@ -131,17 +135,16 @@ def fresh_worker_store_per_round() -> None:
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
     handler = dynamic_rendezvous.DynamicRendezvousHandler
-    if getattr(handler.next_rendezvous, "fresh_store", False):
-        return
-    original = handler.next_rendezvous
+    torch_hooks.wrap(torch_hooks.point(handler, "next_rendezvous"), _fresh_store)
 
-    def next_rendezvous(self):
+
+def _fresh_store(next_rendezvous: Callable) -> Callable:
+    def with_fresh_store(self):
         self._bootstrap_store_info = None
         self._shared_tcp_store_server = None  # the last round's workers are gone
-        return original(self)
+        return next_rendezvous(self)
 
-    next_rendezvous.fresh_store = True
-    handler.next_rendezvous = next_rendezvous
+    return with_fresh_store
 
 
 def every_failure_reported() -> None:
@@ -159,10 +162,11 @@ def every_failure_reported() -> None:
     """
     from torch.distributed.elastic.multiprocessing import api
 
-    context = api.MultiprocessContext
-    if getattr(context._poll, "every_failure", False):
-        return
-    original = context._poll
+    torch_hooks.wrap(torch_hooks.point(api.MultiprocessContext, "_poll"), _every_failure)
+
+
+def _every_failure(original: Callable) -> Callable:
+    from torch.distributed.elastic.multiprocessing import api
 
     def _poll(self):
         processes = self._pc.processes if self._pc is not None else []
@@ -177,8 +181,7 @@ def every_failure_reported() -> None:
                         error_file=self.error_files[rank])
         return result
 
-    _poll.every_failure = True
-    context._poll = _poll
+    return _poll
 
 
 def main(argv: Sequence[str] | None = None, worker: Callable[..., None] | None = None) -> None:
@@ -202,7 +205,9 @@ def main(argv: Sequence[str] | None = None, worker: Callable[..., None] | None =
         from .script_main import torchrun_worker
         from .supervisor import start_warm_server, warm_server_fits
 
-        torchrun_module.run_script_path = worker or torchrun_worker  # what --run-path runs
+        runs = worker or torchrun_worker  # what --run-path runs
+        torch_hooks.wrap(torch_hooks.point(torchrun_module, "run_script_path"),
+                         lambda run_script_path: runs)
         if warm_server_fits():
             start_warm_server()
         else:  # fresh interpreters (see warm_server_fits)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import reports
-from . import processes
+from . import processes, torch_hooks
 
 #: Seconds between two looks at whether the launching process is still there.
 WATCH_S = 0.5
@@ -130,12 +130,8 @@ def _no_spawning(target: Target):
     A worker module that calls ``mp.spawn`` at its top level would have
     every rank that imports it start ranks of its own.
     """
-    import torch.multiprocessing as mp
 
-    spawn = sys.modules["torch.multiprocessing.spawn"]
-    saved = spawn.start_processes, mp.start_processes
-
-    def refused(*args, **kwargs):
+    def refused(torch_start, *args, **kwargs):
         raise WorkerNotFound(
             f"importing the worker module {target.module} called mp.spawn: its top level "
             "starts processes, so every rank that imports it would start ranks of its "
@@ -143,11 +139,8 @@ def _no_spawning(target: Target):
             "as the lesson's script does."
         )
 
-    spawn.start_processes = mp.start_processes = refused
-    try:
+    with torch_hooks.handed(torch_hooks.START_PROCESSES, refused):
         yield
-    finally:
-        spawn.start_processes, mp.start_processes = saved
 
 
 def enter(start: RankStart) -> None:
@@ -237,25 +230,20 @@ def pause_after_destroy() -> None:
     before the worker's module is imported, so ``from torch.distributed
     import destroy_process_group`` finds it.
     """
-    import functools
+    torch_hooks.wrap(torch_hooks.DESTROY, _with_pause)
+
+
+def _with_pause(destroy_process_group: Callable) -> Callable:
     import time
 
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    original = c10d.destroy_process_group
-    if getattr(original, "pauses", False):
-        return
-
-    @functools.wraps(original)
-    def destroy_process_group(*args, **kwargs):
+    @functools.wraps(destroy_process_group)
+    def pausing(*args, **kwargs):
         try:
-            return original(*args, **kwargs)
+            return destroy_process_group(*args, **kwargs)
         finally:
             time.sleep(DESTROY_PAUSE_S)  # sleeping lets go of Python's lock
 
-    destroy_process_group.pauses = True
-    c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
+    return pausing
 
 
 #: What a process that a script's ``mp.spawn`` starts runs first (see :func:`spawn_with_pause`).
@@ -272,22 +260,20 @@ def spawn_with_pause() -> None:
     goes at the front of the command line multiprocessing starts the
     process with (``python -c "...; spawn_main(...)"``).
     """
-    from multiprocessing import spawn
+    torch_hooks.wrap(torch_hooks.COMMAND_LINE, _pause_first)
 
-    original = spawn.get_command_line
-    if getattr(original, "pauses", False):
-        return
 
-    @functools.wraps(original)
-    def get_command_line(**kwds):
-        line = original(**kwds)
+def _pause_first(get_command_line: Callable) -> Callable:
+
+    @functools.wraps(get_command_line)
+    def with_pause(**kwds):
+        line = get_command_line(**kwds)
         if "-c" in line[:-1]:
             program = line.index("-c") + 1
             line[program] = PAUSE_FIRST + line[program]
         return line
 
-    get_command_line.pauses = True
-    spawn.get_command_line = get_command_line
+    return with_pause
 
 
 def quick_exit() -> None:

@@ -20,6 +20,8 @@ import signal
 import sys
 from collections.abc import Callable
 
+from . import torch_hooks
+
 
 def main() -> None:
     # Run as `python -m`, this module is __main__, which the script replaces: the
@@ -59,24 +61,20 @@ def spawn_warm() -> None:
     made (:func:`.supervisor.warm_server_fits`) spawn starts fresh
     interpreters as usual.
     """
-    import torch.multiprocessing as mp
+    torch_hooks.wrap(torch_hooks.START_PROCESSES, _from_warm_server)
 
-    spawn = sys.modules["torch.multiprocessing.spawn"]
-    original = spawn.start_processes
-    if getattr(original, "warm", False):
-        return
 
-    @functools.wraps(original)
-    def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+def _from_warm_server(start_processes: Callable) -> Callable:
+    @functools.wraps(start_processes)
+    def warm_start(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
         from .supervisor import start_warm_server, warm_server_fits
 
         if start_method == "spawn" and warm_server_fits():
             start_warm_server()
             fn, start_method = functools.partial(as_spawned, dict(os.environ), fn), "forkserver"
-        return original(fn, args, nprocs, join, daemon, start_method)
+        return start_processes(fn, args, nprocs, join, daemon, start_method)
 
-    start_processes.warm = True
-    spawn.start_processes = mp.start_processes = start_processes
+    return warm_start
 
 
 def as_spawned(env: dict[str, str], fn: Callable, *args: object) -> None:

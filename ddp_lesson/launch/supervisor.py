@@ -41,7 +41,7 @@ import psutil
 
 from .. import devices, reports
 from ..validate import seconds, whole_number
-from . import capture, errors, processes
+from . import capture, errors, processes, torch_hooks
 from .ranks import RankStart, Target, entry
 
 #: Seconds between two looks at the processes of a launch.
@@ -65,24 +65,10 @@ SERVER_MARK = "ddp-lesson-server-of-"
 #: The launches whose ``with`` block is running in this process, innermost last.
 _active: list[Supervisor] = []
 
-#: Whether ``mp.spawn`` inside a block is handed to the supervisor (see :func:`keep_torch_spawn`).
-_route_spawn = True
-
 
 def active() -> Supervisor | None:
     """The innermost launch whose ``with`` block is running in this process, if any."""
     return _active[-1] if _active else None
-
-
-def keep_torch_spawn() -> None:
-    """Let ``mp.spawn`` inside a launch run as torch's own, unrouted, in this process.
-
-    The doctor's probe calls this: it records a learner's script by wrapping
-    torch's spawn itself, and a ``launch.bounded`` inside that script must
-    not wrap it again.
-    """
-    global _route_spawn
-    _route_spawn = False
 
 
 def listening_socket() -> tuple[int, int]:
@@ -186,6 +172,25 @@ def start_warm_server() -> None:
         forkserver.ensure_running()
     finally:
         del os.environ[processes.SERVER_FOLDER_VARIABLE]
+
+
+def warm_up() -> bool:
+    """Start this process's warm server now and wait until it has imported what it preloads.
+
+    For a caller whose deadline should not count the server's start (the
+    doctor, the benchmark). Returns ``False`` where no server can be
+    started (see :func:`warm_server_fits`); ranks then start fresh.
+    """
+    import multiprocessing
+
+    if not warm_server_fits():
+        return False
+    start_warm_server()
+    # the server answers only once it has imported what it preloads
+    first = multiprocessing.get_context("forkserver").Process(target=os.getpid)
+    first.start()
+    first.join()
+    return True
 
 
 def remove_stale_folders(root: str | os.PathLike | None = None) -> list[str]:
@@ -481,29 +486,16 @@ class Supervisor:
 
     def _route(self) -> None:
         """Hand ``mp.spawn`` and ``mp.start_processes`` inside the block to this launch."""
-        import torch.multiprocessing as mp
 
-        spawn = sys.modules["torch.multiprocessing.spawn"]  # (mp.spawn is also a function)
-        # torch's own, also when an enclosing launch has handed it over already
-        self._torch_start = getattr(spawn.start_processes, "torch_own", spawn.start_processes)
-        self._saved_start = (spawn.start_processes, mp.start_processes)
-        if not _route_spawn:
-            return
-
-        def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+        def start_processes(torch_start, fn, args=(), nprocs=1, join=True, daemon=False,
+                            start_method="spawn"):
             return self.start_ranks(fn, args, nprocs, join=join, daemon=daemon)
 
-        start_processes.__doc__ = (
-            "torch.multiprocessing.start_processes, handed to the launch that is running"
-        )
-        start_processes.torch_own = self._torch_start
-        spawn.start_processes = mp.start_processes = start_processes
-
-    def _unroute(self) -> None:
-        import torch.multiprocessing as mp
-
-        spawn = sys.modules["torch.multiprocessing.spawn"]
-        spawn.start_processes, mp.start_processes = self._saved_start
+        self._hooks = contextlib.ExitStack()
+        self._hooks.enter_context(torch_hooks.handed(torch_hooks.START_PROCESSES,
+                                                     start_processes))
+        # what starts ranks: torch's own, also when an enclosing launch has handed it over
+        self._torch_start = torch_hooks.underneath(torch_hooks.START_PROCESSES)
 
     # -- starting whole programs ---------------------------------------------------
     def command(
@@ -661,8 +653,8 @@ class Supervisor:
             self.output = self._tap.close()
         if hasattr(self, "_orphans"):
             self._orphans.__exit__(None, None, None)
-        if hasattr(self, "_saved_start"):
-            self._unroute()
+        if hasattr(self, "_hooks"):
+            self._hooks.close()
         if hasattr(self, "_saved_level"):
             self._spawn_log.setLevel(self._saved_level)
         for key, value in getattr(self, "_saved_env", {}).items():

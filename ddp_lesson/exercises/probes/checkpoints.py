@@ -28,6 +28,7 @@ from typing import TypedDict
 import torch
 
 from ... import group
+from ...launch import torch_hooks
 from ...reports import send_report
 from ...sources import load
 
@@ -65,7 +66,8 @@ def _watch_files(rank: int) -> None:
         _seen["loads"].append(repr(map_location))
         return real_load(f, map_location, *args, **kwargs)
 
-    torch.save, torch.load = save, load_file
+    torch_hooks.wrap(torch_hooks.point(torch, "save"), lambda torch_save: save)
+    torch_hooks.wrap(torch_hooks.point(torch, "load"), lambda torch_load: load_file)
 
 
 def train(

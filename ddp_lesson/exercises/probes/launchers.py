@@ -23,6 +23,7 @@ from typing import TypedDict
 
 import torch
 
+from ...launch import torch_hooks
 from ...reports import send_report
 from ...sources import load
 
@@ -87,7 +88,8 @@ def _record_backend() -> None:
             kwargs.pop("device_id", None)  # a simulated GPU cannot be bound
         return real(backend, *args, **kwargs)
 
-    c10d.init_process_group = dist.init_process_group = init_process_group
+    where = torch_hooks.point((c10d, dist), "init_process_group")
+    torch_hooks.wrap(where, lambda torch_init: init_process_group)
 
 
 _state = {"gpus": 0}
@@ -105,9 +107,12 @@ def _simulate_gpus(gpus: int) -> None:
         _seen["set_device"].append(f"cuda:{index}")
 
     _state["gpus"] = gpus
-    torch.cuda.device_count = lambda: gpus
-    torch.cuda.is_available = lambda: True
-    torch.cuda.set_device = set_device
+    for name, stand_in in (
+        ("device_count", lambda: gpus),
+        ("is_available", lambda: True),
+        ("set_device", set_device),
+    ):
+        torch_hooks.wrap(torch_hooks.point(torch.cuda, name), lambda torch_own, f=stand_in: f)
 
 
 def spawned(rank: int, world_size: int, port: int, path: str) -> None:

@@ -74,9 +74,7 @@ def _literal(value: object) -> object:
 
 def dry_start(path: str) -> None:
     """Run ``path`` as ``__main__`` until it calls ``mp.spawn``; print that call and stop."""
-    import torch.multiprocessing as mp
-
-    spawn_module = sys.modules["torch.multiprocessing.spawn"]
+    from ddp_lesson.launch import torch_hooks
 
     def record(fn, args=(), nprocs=1, *rest, **options):
         try:
@@ -91,8 +89,8 @@ def dry_start(path: str) -> None:
         print(MARK, json.dumps(call), flush=True)
         os._exit(0)  # started nothing: this is all the check needs
 
-    mp.spawn = mp.start_processes = record
-    spawn_module.spawn = spawn_module.start_processes = record
+    for where in (torch_hooks.START_PROCESSES, torch_hooks.SPAWN):
+        torch_hooks.wrap(where, lambda torch_own: record)
     sys.argv = [path]
     sys.path[0] = os.path.dirname(os.path.abspath(path))
     runpy.run_path(path, run_name="__main__")
