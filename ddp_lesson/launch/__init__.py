@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from . import torch_hooks
 from .capture import OUTPUT_KEPT_BYTES
 from .elastic import TorchrunRun, torchrun
 from .errors import LaunchError, LaunchInterrupted, LaunchTimeout
@@ -27,7 +28,7 @@ from .notebooks import execute_notebook
 from .processes import STOP_GRACE_S
 from .processes import descendants as child_processes
 from .scripts import run_script
-from .supervisor import FOLDER_PREFIX, Supervisor, active
+from .supervisor import FOLDER_PREFIX, Supervisor, active, warm_up
 
 #: The object a ``with launch.bounded(...) as run:`` block gives.
 Run = Supervisor
@@ -138,5 +139,7 @@ __all__ = [
     "run_ranks",
     "run_script",
     "start",
+    "torch_hooks",
     "torchrun",
+    "warm_up",
 ]
