@@ -9,7 +9,7 @@ every group the file makes meets) and its tree stop.
 * ``script``: one warm process runs the file as ``__main__``; the processes
   its ``mp.spawn`` starts are recorded (see :mod:`.start`);
 * ``torchrun``: ``torchrun --standalone --nproc-per-node=N file args`` (the
-  course's loopback-only runner, :func:`ddp_lesson.launch.elastic.main`),
+  course's loopback-only runner, :func:`ddp_lesson.launch.torchrun_agent`),
   each process it starts forked warm and recorded (:func:`.start.torchrun_rank`).
 """
 
@@ -84,7 +84,7 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
     import torch
 
     from .. import devices, launch
-    from ..launch import FOLDER_PREFIX, elastic
+    from ..launch import FOLDER_PREFIX, LOOPBACK, TORCHRUN_ENV, WARM_START_METHOD
     from . import sandbox, start
 
     if reading.mode != TORCHRUN:
@@ -132,13 +132,13 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
                     flags = [
                         "--standalone",
                         f"--nproc-per-node={world_size}",
-                        f"--local-addr={elastic.LOOPBACK}",
+                        f"--local-addr={LOOPBACK}",
                     ]
-                    env: dict[str, str | None] = {key: None for key in elastic.TORCHRUN_ENV}
+                    env: dict[str, str | None] = {key: None for key in TORCHRUN_ENV}
                     env.update(settings.to_env())
                     command = supervisor.command(
                         [sys.executable, "-c", start.AGENT, *flags, "--run-path",
-                         elastic.WARM_START_METHOD, path, *map(str, args)],
+                         WARM_START_METHOD, path, *map(str, args)],
                         env=env,
                     )  # fmt: skip
                     supervisor.wait([command])

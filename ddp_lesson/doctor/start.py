@@ -188,17 +188,17 @@ def run_torchrun_rank(path: str, argv: list[str], leave: bool = True) -> None:
 
 def torchrun_rank(path: str, *argv: str) -> None:
     """One of torchrun's workers, forked from its agent's warm server: probed, then the file."""
-    from ..launch.script_main import as_python_u
+    from ..launch import as_python_u
 
     as_python_u()
     run_torchrun_rank(os.path.realpath(path), list(argv), leave=False)  # (torch's return value)
 
 
 def agent() -> None:
-    """torchrun, as the course runs it (:func:`ddp_lesson.launch.elastic.main`), probed."""
-    from ..launch import elastic
+    """torchrun, as the course runs it (:func:`ddp_lesson.launch.torchrun_agent`), probed."""
+    from ..launch import torchrun_agent
 
-    elastic.main(worker=torchrun_rank)
+    torchrun_agent(worker=torchrun_rank)
 
 
 #: ``python -c AGENT TORCHRUN-ARGS --run-path --start-method=forkserver PATH ARGS``: the

@@ -22,11 +22,14 @@ from collections.abc import Callable
 
 from . import torch_hooks
 from .capture import OUTPUT_KEPT_BYTES
-from .elastic import TorchrunRun, torchrun
+from .elastic import LOOPBACK, TORCHRUN_ENV, WARM_START_METHOD, TorchrunRun, torchrun
+from .elastic import main as torchrun_agent
 from .errors import LaunchError, LaunchInterrupted, LaunchTimeout
 from .notebooks import execute_notebook
 from .processes import STOP_GRACE_S
 from .processes import descendants as child_processes
+from .ranks import pause_after_destroy
+from .script_main import as_python_u
 from .scripts import run_script
 from .supervisor import FOLDER_PREFIX, Supervisor, active, warm_up
 
@@ -125,6 +128,12 @@ def run_ranks(
 
 __all__ = [
     "FOLDER_PREFIX",
+    "LOOPBACK",
+    "TORCHRUN_ENV",
+    "WARM_START_METHOD",
+    "as_python_u",
+    "pause_after_destroy",
+    "torchrun_agent",
     "LaunchError",
     "OUTPUT_KEPT_BYTES",
     "LaunchInterrupted",
