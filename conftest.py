@@ -128,11 +128,11 @@ def clean_temporary_folder(pytestconfig):
     # as a learner's killed kernel is stopped; the folder its warm server
     # used is then removed by the next launch, whoever starts it. Do here
     # what that launch would do, once the kernel is gone.
-    from ddp_lesson.launch import supervisor
+    from ddp_lesson.launch import folders
 
     deadline = time.monotonic() + 10
     while True:
-        supervisor.remove_stale_folders(folder)
+        folders.remove_stale_folders(folder)
         left = litter(folder)
         if not left or time.monotonic() > deadline:
             break

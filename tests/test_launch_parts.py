@@ -190,18 +190,18 @@ def test_a_rank_whose_launcher_is_gone_stops_even_while_its_output_pipe_blocks(t
 
 
 def test_stale_folders_of_killed_launches_and_their_servers_are_removed(tmp_path):
-    from ddp_lesson.launch import supervisor
+    from ddp_lesson.launch import folders
 
     gone = subprocess.Popen(["true"])
     gone.wait()
-    launch_folder = tmp_path / f"{supervisor.FOLDER_PREFIX}{gone.pid}-abc"
+    launch_folder = tmp_path / f"{folders.FOLDER_PREFIX}{gone.pid}-abc"
     server_folder = tmp_path / "pymp-abc"
     live_folder = tmp_path / "pymp-live"
     other_folder = tmp_path / "pymp-someone-else"  # not the course's: never touched
     for folder in (launch_folder, server_folder, live_folder, other_folder):
         folder.mkdir()
-    (server_folder / f"{supervisor.SERVER_MARK}{gone.pid}").touch()
-    (live_folder / f"{supervisor.SERVER_MARK}{os.getppid()}").touch()
-    removed = supervisor.remove_stale_folders(tmp_path)
+    (server_folder / f"{folders.SERVER_MARK}{gone.pid}").touch()
+    (live_folder / f"{folders.SERVER_MARK}{os.getppid()}").touch()
+    removed = folders.remove_stale_folders(tmp_path)
     assert sorted(removed) == sorted([str(launch_folder), str(server_folder)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pymp-live", "pymp-someone-else"]

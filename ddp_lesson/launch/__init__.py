@@ -25,16 +25,30 @@ from .capture import OUTPUT_KEPT_BYTES
 from .elastic import LOOPBACK, TORCHRUN_ENV, WARM_START_METHOD, TorchrunRun, torchrun
 from .elastic import main as torchrun_agent
 from .errors import LaunchError, LaunchInterrupted, LaunchTimeout
+from .folders import FOLDER_PREFIX
 from .notebooks import execute_notebook
 from .processes import STOP_GRACE_S
 from .processes import descendants as child_processes
 from .ranks import pause_after_destroy
-from .script_main import as_python_u
 from .scripts import run_script
-from .supervisor import FOLDER_PREFIX, Supervisor, active, warm_up
+from .supervisor import Supervisor
+from .warm_server import warm_up
+from .watching import active
 
 #: The object a ``with launch.bounded(...) as run:`` block gives.
 Run = Supervisor
+
+
+def as_python_u() -> None:
+    """Make this process, forked from a warm server, what a fresh ``python -u`` would be.
+
+    For a torchrun worker of the course's own (the doctor's); see
+    :func:`.script_main.as_python_u`. (``script_main`` runs as ``python -m``,
+    so this package imports it only when asked.)
+    """
+    from .script_main import as_python_u as fresh
+
+    fresh()
 
 
 def bounded(

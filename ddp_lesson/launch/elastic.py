@@ -38,7 +38,8 @@ import torch.distributed as dist
 from .. import devices, reports
 from ..validate import seconds, whole_number
 from . import errors, torch_hooks
-from .supervisor import Supervisor, listening_socket
+from .ports import listening_socket
+from .supervisor import Supervisor
 
 #: The only address the course's processes listen on.
 LOOPBACK = "127.0.0.1"
@@ -203,7 +204,7 @@ def main(argv: Sequence[str] | None = None, worker: Callable[..., None] | None =
 
     if "--run-path" in argv:
         from .script_main import torchrun_worker
-        from .supervisor import start_warm_server, warm_server_fits
+        from .warm_server import start_warm_server, warm_server_fits
 
         runs = worker or torchrun_worker  # what --run-path runs
         torch_hooks.wrap(torch_hooks.point(torchrun_module, "run_script_path"),

@@ -58,7 +58,7 @@ def spawn_warm() -> None:
     server installed it), and runs with this process's environment as it
     was at the call (:func:`as_spawned`). A script that asks for another
     start method gets it unchanged, and where the server's socket cannot be
-    made (:func:`.supervisor.warm_server_fits`) spawn starts fresh
+    made (:func:`.warm_server.warm_server_fits`) spawn starts fresh
     interpreters as usual.
     """
     torch_hooks.wrap(torch_hooks.START_PROCESSES, _from_warm_server)
@@ -67,7 +67,7 @@ def spawn_warm() -> None:
 def _from_warm_server(start_processes: Callable) -> Callable:
     @functools.wraps(start_processes)
     def warm_start(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
-        from .supervisor import start_warm_server, warm_server_fits
+        from .warm_server import start_warm_server, warm_server_fits
 
         if start_method == "spawn" and warm_server_fits():
             start_warm_server()

@@ -28,7 +28,6 @@ import logging
 import os
 import pickle
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,217 +41,17 @@ import psutil
 from .. import devices, reports
 from ..validate import seconds, whole_number
 from . import capture, errors, processes, torch_hooks
+from .failures import Failures
+from .folders import FOLDER_PREFIX, remove_stale_folders
+from .main_file import interactive_main, unguarded_line
+from .ports import listening_socket
+from .programs import Command, Programs
 from .ranks import RankStart, Target, entry
-
-#: Seconds between two looks at the processes of a launch.
-WATCH_S = 0.1
-
-#: Seconds a rank that ended without its report may precede the verdict that it left early.
-EARLY_EXIT_GRACE_S = 0.5
-
-#: Tells a rank's ``init_process_group`` to use the store the launch hosts at ``MASTER_PORT``.
-_AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
-
-#: Set for every process a launch starts: which launch it belongs to.
-LAUNCH_TAG_ENV = "DDP_LESSON_LAUNCH"
-
-#: Where temporary folders of launches start their names (a stale one is removed).
-FOLDER_PREFIX = "ddp-lesson-launch-"
-
-#: Marks, with the owner's pid, the multiprocessing folder that holds a warm server's socket.
-SERVER_MARK = "ddp-lesson-server-of-"
-
-#: The launches whose ``with`` block is running in this process, innermost last.
-_active: list[Supervisor] = []
+from .warm_server import start_warm_server, warm_server_fits
+from .watching import AGENT_STORE_ENV, LAUNCH_TAG_ENV, Watcher, _active, _key
 
 
-def active() -> Supervisor | None:
-    """The innermost launch whose ``with`` block is running in this process, if any."""
-    return _active[-1] if _active else None
-
-
-def listening_socket() -> tuple[int, int]:
-    """A TCP socket listening on 127.0.0.1 at a port the OS picked: ``(port, fd)``.
-
-    The only free-port helper of the course: a socket that already listens
-    cannot be taken by anyone else, unlike a port number looked up and
-    released.
-    """
-    import socket
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    return sock.getsockname()[1], sock.detach()
-
-
-def _interactive_main() -> bool:
-    """True when ``__main__`` is a notebook or a prompt, not a file a new process can import."""
-    main = sys.modules.get("__main__")
-    return not getattr(main, "__file__", None) or "ipykernel" in str(main.__file__)
-
-
-def _unguarded_line() -> int | None:
-    """The line of the main file's top-level code, outside its main guard, that is starting ranks.
-
-    Every rank imports the main file again (both spawn and forkserver start
-    methods do), so such a line would start processes in every rank.
-    ``None`` when the call comes from a function, from under ``if __name__
-    == "__main__":``, or from a notebook.
-    """
-    import ast
-
-    if _interactive_main():
-        return None
-    path = os.path.abspath(sys.modules["__main__"].__file__)
-    frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename) != path:
-        frame = frame.f_back
-    if frame is None or frame.f_code.co_name != "<module>":
-        return None
-    line = frame.f_lineno
-    try:
-        tree = ast.parse(Path(path).read_text())
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.If)
-            and "__name__" in ast.unparse(node.test)
-            and "__main__" in ast.unparse(node.test)
-            and node.lineno <= line <= (node.end_lineno or node.lineno)
-        ):
-            return None
-    return line
-
-
-#: Longest path a Unix socket may have, in bytes (sun_path: 108 on Linux, 104 on macOS,
-#: the last one for the terminating zero).
-SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
-
-
-def warm_server_fits() -> bool:
-    """Whether this process can start its warm server: its socket path fits a Unix socket.
-
-    The server listens on a socket in this process's ``pymp-*`` folder in the
-    temporary folder; a temporary folder with a long path (a deep ``TMPDIR``)
-    makes that path too long to bind ("AF_UNIX path too long"). Ranks then
-    start as fresh interpreters instead.
-    """
-    import multiprocessing
-    import tempfile
-    from multiprocessing import forkserver
-
-    if getattr(forkserver._forkserver, "_forkserver_address", None):
-        return True  # running already
-    # the folder this process has, or the one it would make (nothing is created here)
-    folder = multiprocessing.current_process()._config.get("tempdir")
-    folder = folder or os.path.join(tempfile.gettempdir(), "pymp-" + "x" * 8)
-    return len(os.fsencode(os.path.join(folder, "listener-" + "x" * 8))) <= SOCKET_PATH_MAX
-
-
-def start_warm_server() -> None:
-    """Start this process's warm server, if it has none: the forkserver that preloads ``warm``.
-
-    Its ranks are forked from it (see :mod:`ddp_lesson.warm`). Used by a launch's first
-    warm start, and by torchrun's agent for its workers (:mod:`.elastic`).
-    """
-    from multiprocessing import forkserver, util
-
-    forkserver.set_forkserver_preload(["ddp_lesson.warm"])
-    # The server's socket lies in this process's pymp-* folder, which a
-    # kernel shut down by Jupyter never removes. A server started now is
-    # told the folder and removes it when it ends (with this process); the
-    # mark lets a later launch remove it if both were killed outright.
-    folder = Path(util.get_temp_dir())
-    folder.mkdir(mode=0o700, exist_ok=True)  # (gone if the server was stopped by hand)
-    (folder / f"{SERVER_MARK}{os.getpid()}").touch()  # for when this process is killed
-    os.environ[processes.SERVER_FOLDER_VARIABLE] = str(folder)
-    try:
-        forkserver.ensure_running()
-    finally:
-        del os.environ[processes.SERVER_FOLDER_VARIABLE]
-
-
-def warm_up() -> bool:
-    """Start this process's warm server now and wait until it has imported what it preloads.
-
-    For a caller whose deadline should not count the server's start (the
-    doctor, the benchmark). Returns ``False`` where no server can be
-    started (see :func:`warm_server_fits`); ranks then start fresh.
-    """
-    import multiprocessing
-
-    if not warm_server_fits():
-        return False
-    start_warm_server()
-    # the server answers only once it has imported what it preloads
-    first = multiprocessing.get_context("forkserver").Process(target=os.getpid)
-    first.start()
-    first.join()
-    return True
-
-
-def remove_stale_folders(root: str | os.PathLike | None = None) -> list[str]:
-    """Remove the folders of launches whose process is gone (a killed kernel's, say).
-
-    A launch removes its own folder when it ends; one whose process was
-    killed cannot. Its name carries its pid, so the next launch can tell.
-    """
-    root = Path(root or tempfile.gettempdir())
-    removed = []
-    for folder in root.glob(f"{FOLDER_PREFIX}*"):
-        try:
-            pid = int(folder.name[len(FOLDER_PREFIX) :].split("-", 1)[0])
-        except ValueError:
-            continue
-        if pid != os.getpid() and not processes.alive(pid):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(str(folder))
-    # multiprocessing's folders that held a warm server's socket, marked by
-    # the launch that started it (their owner was killed outright)
-    for mark in root.glob(f"pymp-*/{SERVER_MARK}*"):
-        try:
-            pid = int(mark.name[len(SERVER_MARK) :])
-        except ValueError:
-            continue
-        if pid != os.getpid() and not processes.alive(pid):
-            shutil.rmtree(mark.parent, ignore_errors=True)
-            removed.append(str(mark.parent))
-    return removed
-
-
-class Command:
-    """A whole program started by a supervisor, in a session of its own.
-
-    Attributes:
-        argv: what was run.
-        process: the ``subprocess.Popen``.
-        log: the file its output went to (inside the launch's folder).
-    """
-
-    def __init__(
-        self, argv: Sequence[str], process: subprocess.Popen, log: Path, kept: int
-    ):
-        self.argv = [str(a) for a in argv]
-        self.process = process
-        self.log = log
-        self.kept = kept
-        self._output: str | None = None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.poll()
-
-    @property
-    def output(self) -> str:
-        """What it printed (head and tail, see :mod:`.capture`); read once it has ended."""
-        if self._output is None:
-            self._output = capture.read_kept(self.log, self.kept)
-        return self._output
-
-
-class Supervisor:
+class Supervisor(Watcher, Programs, Failures):
     """One supervised launch; use it as a ``with`` block (see the module and :func:`bounded`).
 
     Args:
@@ -354,7 +153,7 @@ class Supervisor:
             master_listen_fd=fd,
         )
         env = {
-            _AGENT_STORE_ENV: "True",
+            AGENT_STORE_ENV: "True",
             LAUNCH_TAG_ENV: self.folder.name,
             "OMP_NUM_THREADS": str(self.threads),
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -425,9 +224,9 @@ class Supervisor:
         target = Target.of(fn)
         name = getattr(fn, "__qualname__", repr(fn))
         self._names.append(name.rsplit(".", 1)[-1])
-        if target is None and getattr(fn, "__module__", None) == "__main__" and _interactive_main():
+        if target is None and getattr(fn, "__module__", None) == "__main__" and interactive_main():
             raise errors.LaunchError(errors.defined_in_notebook(name))
-        unguarded = _unguarded_line()
+        unguarded = unguarded_line()
         if unguarded is not None:
             raise errors.LaunchError(errors.unguarded_start(sys.modules["__main__"].__file__,
                                                             unguarded))
@@ -497,132 +296,6 @@ class Supervisor:
         # what starts ranks: torch's own, also when an enclosing launch has handed it over
         self._torch_start = torch_hooks.underneath(torch_hooks.START_PROCESSES)
 
-    # -- starting whole programs ---------------------------------------------------
-    def command(
-        self,
-        argv: Sequence[object],
-        *,
-        env: dict[str, str | None] | None = None,
-        pass_fds: Sequence[int] = (),
-        kept: int = capture.OUTPUT_KEPT_BYTES,
-    ) -> Command:
-        """Start a whole program (``python script.py ...``, ``torchrun ...``) under this launch.
-
-        It runs in a session of its own with its output in a file of the
-        launch's folder; the launch's deadline and tree stop cover it and
-        everything it starts. Its processes find the launch's report folder
-        in ``$DDP_LESSON_REPORT_DIR``.
-
-        Args:
-            argv: the command line.
-            env: variables to set (or, with value ``None``, remove) on top of
-                this process's environment.
-            pass_fds: open file descriptors the program inherits.
-            kept: bytes of its output kept, head and tail.
-        """
-        full = {k: v for k, v in os.environ.items() if k != _AGENT_STORE_ENV}
-        full.update(
-            {
-                LAUNCH_TAG_ENV: self.folder.name,
-                reports.REPORT_DIR_ENV: str(self.channel.folder),
-                "TMPDIR": str(self.scratch),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        for key, value in (env or {}).items():
-            if value is None:
-                full.pop(key, None)
-            else:
-                full[key] = value
-        log = self.folder / f"command_{len(self.commands)}.log"
-        with open(log, "wb") as out:
-            process = subprocess.Popen(
-                [str(a) for a in argv],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=full,
-                pass_fds=tuple(pass_fds),
-            )
-        command = Command(argv, process, log, kept)
-        self.commands.append(command)
-        return command
-
-    def wait(self, commands: Sequence[Command] | None = None) -> list[int | None]:
-        """Wait until ``commands`` (default: all) have ended, or the deadline stopped them."""
-        commands = list(self.commands if commands is None else commands)
-        while any(c.returncode is None for c in commands):
-            if self.timed_out and self._done.is_set():
-                break
-            time.sleep(WATCH_S)
-        return [c.returncode for c in commands]
-
-    # -- watching ---------------------------------------------------------------------
-    def _mine(self) -> list[psutil.Process]:
-        """The processes of this launch: below what it started, however deep, even if orphaned.
-
-        A process counts as this launch's when it descends from a rank or a
-        program the launch started, when the launch has seen it before, when
-        its environment carries the launch's tag (an orphan keeps its
-        environment), or when it is new and no other launch of this process
-        is running to claim it.
-        """
-        roots = set(self._rank_pids.values()) | {c.process.pid for c in self.commands}
-        alone = _active == [self] or not _active
-        mine = []
-        for proc in processes.descendants():
-            key = _key(proc)
-            if key in self._before:
-                continue
-            if key in self._seen or proc.pid in roots or alone or self._tagged(proc):
-                mine.append(proc)
-                continue
-            try:
-                if any(parent.pid in roots for parent in proc.parents()):
-                    mine.append(proc)
-            except psutil.Error:
-                pass
-        return mine
-
-    def _tagged(self, proc: psutil.Process) -> bool:
-        try:
-            return proc.environ().get(LAUNCH_TAG_ENV) == self.folder.name
-        except psutil.Error:
-            return False
-
-    def _watch(self) -> None:
-        """Note every process the block starts; stop them all at the deadline or an early exit."""
-        deadline = self._t0 + self.timeout_s
-        while not self._done.wait(WATCH_S):
-            mine = self._mine()
-            with self._lock:
-                for proc in mine:
-                    self._seen.setdefault(_key(proc), proc)
-            if time.monotonic() >= deadline:
-                self.timed_out = True
-                self._stop()
-                return
-            if self.expect_reports and self._left_early():
-                self._stopped_early = True
-                self._stop()
-                return
-
-    def _left_early(self) -> bool:
-        """True once a rank has ended without its report while another still runs."""
-        with self._lock:
-            pids = dict(self._rank_pids)
-        if not pids:
-            return False
-        gone = {rank for rank, pid in pids.items() if not processes.alive(pid)}
-        if not gone or len(gone) == len(pids):
-            return False
-        time.sleep(EARLY_EXIT_GRACE_S)
-        return bool(gone - self.channel.reported())
-
-    def _stop(self) -> int:
-        return processes.stop_tree(self._mine)
-
     # -- when it ends -------------------------------------------------------------------
     def _finish(self) -> None:
         if self in _active:
@@ -670,57 +343,6 @@ class Supervisor:
             _ = command.output  # read before the folder goes
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _early_exits(self) -> list[str]:
-        """Ranks that ended cleanly (code 0) without their report, in words."""
-        return errors.early_exits(self._ended, {r["rank"] for r in self.reports})
-
-    def _raise(self, exc_type, exc) -> None:
-        from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
-
-        ranks = sorted(r["rank"] for r in self.reports)
-        early = self._early_exits()
-        if self.timed_out:
-            message = errors.timeout(self.timeout_s, self.started, self.world_size, ranks, early)
-            raise errors.LaunchTimeout(message, output=self.output) from None
-        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
-            raise errors.LaunchInterrupted(
-                f"launch interrupted: its {self.started} process(es) were stopped"
-            ) from None
-        if isinstance(exc, ProcessRaisedException):
-            trace = str(exc).split("terminated with the following error:", 1)[-1].strip()
-            cause = errors.first_cause(
-                exc.error_index, errors.last_error_line(trace), self._ended, self._raised_by
-            )
-            index = exc.error_index
-            if cause and cause[2]:  # another rank raised first: that is the error to read
-                index, trace = cause[0], cause[2]
-            elif cause:  # another rank was killed: it raised nothing
-                name = errors.signal_name(cause[1])
-                message = errors.exited(cause[0], cause[1], name, self.output)
-                raise errors.LaunchError(message, cause[0], output=self.output) from None
-            message = errors.raised(index, trace, early, tuple(self._names))
-            raise errors.LaunchError(message, index, trace, self.output) from None
-        if isinstance(exc, ProcessExitedException) and self._stopped_early and early:
-            raise errors.LaunchError(errors.left_early(early), output=self.output) from None
-        if isinstance(exc, ProcessExitedException):
-            message = errors.exited(exc.error_index, exc.exit_code, exc.signal_name, self.output)
-            raise errors.LaunchError(message, exc.error_index, output=self.output) from None
-        if exc is not None:
-            return
-        if self.output.strip():
-            # Nothing failed: show what the ranks printed, after the fact.
-            print("What the ranks printed:\n" + self.output.rstrip())
-        if self._spawn_calls and self.started == 0 and not self.reports:
-            raise errors.LaunchError(
-                "no process was started: mp.spawn(..., nprocs=0) returns at once and runs "
-                f"nothing. Pass nprocs=world_size (here {self.world_size})."
-            )
-        if self.expect_reports and self.world_size:
-            missing = sorted(set(range(self.world_size)) - set(ranks))
-            if missing:
-                said = early or [f"rank {r} ended without sending its report" for r in missing]
-                raise errors.LaunchError(errors.left_early(said), output=self.output)
-
     # -- reading the launch ---------------------------------------------------------------
     @property
     def running(self) -> bool:
@@ -742,9 +364,3 @@ class Supervisor:
         return reports.table(self.reports, columns, digits=digits)
 
 
-def _key(proc: psutil.Process) -> tuple[int, float]:
-    """A process's identity: its pid and start time (a pid can be reused, the pair cannot)."""
-    try:
-        return proc.pid, proc.create_time()
-    except psutil.Error:
-        return proc.pid, 0.0
