@@ -1,0 +1,273 @@
+"""The process group under the probe: init_process_group, collectives, destroy_process_group.
+
+:func:`.probe.install` puts the recording versions here in place of torch's:
+
+* :func:`_init_process_group` records the rank and world size claimed and the
+  backend asked for, then joins the group at the doctor's own store on
+  127.0.0.1, whatever ``MASTER_ADDR``/``MASTER_PORT`` or ``init_method`` say
+  (``"nccl"`` becomes ``"gloo"`` when CUDA stands in). It stops the rank with
+  the evidence, before it would wait forever or fail in torch, for a rank
+  outside the world, a world larger than the processes started, two
+  processes claiming one rank, or a second call while the group is up;
+* :func:`_collective` makes each collective the learner's file calls on the
+  whole group wait until every rank has reached the same one, and stop when a
+  rank has ended without it, called a different one, or sits in a DDP step
+  that waits for this rank; after ``destroy_process_group`` it stops at once;
+* :func:`_destroy_process_group` records where the group was destroyed and
+  tells the other ranks, through the store, that this one is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import inspect
+import os
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from .probe_state import (
+    _blocking,
+    _is_learner,
+    _mark_done,
+    _original,
+    _owned,
+    _save,
+    _state,
+    _stop,
+    learner_line,
+)
+
+#: Seconds a rank may stay in one DDP step while another waits in a collective of
+#: the learner's before the two count as stuck on different collectives.
+STUCK_S = 2.0
+
+
+def _store() -> dist.TCPStore:
+    store = _state.get("store")
+    if store is None:
+        settings = _state["settings"]
+        store = dist.TCPStore(
+            "127.0.0.1",
+            settings.port,
+            is_master=False,
+            timeout=datetime.timedelta(seconds=settings.wait_s),
+        )
+        _state["store"] = store
+    return store
+
+
+def _backend(asked: object) -> str:
+    """The backend the group uses: what was asked, with NCCL as gloo when CUDA stands in."""
+    stand_in = _state["settings"].stand_in
+    if asked is None:
+        return "gloo" if stand_in or not torch.cuda.is_available() else "nccl"
+    text = str(asked)
+    if stand_in and "nccl" in text.lower():
+        return "gloo"
+    return text
+
+
+def _init_process_group(*args, **kwargs):
+    record = _state["record"]
+    if dist.is_initialized() and record.init:
+        _called_again(record.init["line"])
+    bound = inspect.signature(_original["init_process_group"]).bind_partial(*args, **kwargs)
+    given = bound.arguments
+    rank = given.get("rank", -1)
+    world_size = given.get("world_size", -1)
+    rank = int(os.environ.get("RANK", -1)) if rank in (-1, None) else rank
+    world_size = (
+        int(os.environ.get("WORLD_SIZE", -1)) if world_size in (-1, None) else world_size
+    )
+    asked = given.get("backend")
+    used = _backend(asked)
+    record.claimed_rank, record.claimed_world_size = rank, world_size
+    record.init = {
+        "line": learner_line(),
+        "asked": str(asked),
+        "backend": used,
+        "address": os.environ.get("MASTER_ADDR"),
+    }
+    _state["init_frames"] = _learner_frames(sys._getframe(1))
+    _save()
+    nprocs = _state.get("nprocs", 0)
+    if world_size is None or world_size < 1 or rank is None or not 0 <= rank < world_size:
+        _stop(
+            "process_group",
+            f"init_process_group got rank={rank}, world_size={world_size}: the rank must "
+            "be in 0..world_size-1 (pass rank=rank, world_size=world_size)",
+        )
+    if nprocs and world_size > nprocs:
+        _stop(
+            "spawning",
+            f"only {nprocs} process(es) were started for a world of {world_size}: the "
+            "group would wait forever for the missing ranks; start world_size processes "
+            "(nprocs=world_size)",
+        )
+    store = _store()
+    if store.add(f"doctor/rank/{rank}", 1) > 1:
+        _stop(
+            "process_group",
+            f"two processes both claimed rank {rank} in init_process_group: each "
+            "process must pass its own rank (the one mp.spawn gives main, or torchrun's "
+            "RANK)",
+        )
+    timeout = datetime.timedelta(seconds=_state["settings"].wait_s)
+    with _owned("process_group"), _blocking("init_process_group", record.init["line"]):
+        _original["init_process_group"](
+            used, store=store, rank=rank, world_size=world_size, timeout=timeout
+        )
+    record.init["joined"] = True
+    _save()
+
+
+def _learner_frames(frame) -> list[tuple[object, int]]:
+    """The learner's frames on the stack, innermost first, each with the line it is at."""
+    found = []
+    while frame is not None:
+        if _is_learner(frame.f_code.co_filename):
+            found.append((frame, frame.f_lineno))
+        frame = frame.f_back
+    return found
+
+
+def _called_again(first: int | None) -> None:
+    """init_process_group again while this process's group is up: stop at the repeated call.
+
+    The call that repeats is the line, in a function still running since the
+    first call, that leads to this one (a loop that runs ``setup()`` every
+    epoch: that ``setup()`` line).
+    """
+    before = {id(frame): line for frame, line in _state.get("init_frames", [])}
+    now = _learner_frames(sys._getframe(2))
+    shared = next(((f, line) for f, line in now if id(f) in before), None)
+    line = shared[1] if shared else (now[0][1] if now else None)
+    how = (
+        f"line {line} runs again (it is in a loop)"
+        if shared and before[id(shared[0])] == line
+        else f"it was called at line {first}, and again at line {line}"
+    )
+    _stop(
+        "process_group",
+        f"init_process_group is called again while the group it made (line {first}) is "
+        f"still up: {how}, and torch refuses a second default group; call it once per "
+        "process, before the training loop (to start a new group on purpose, call "
+        "destroy_process_group() first)",
+        line,
+    )
+
+
+def _destroy_process_group(*args, **kwargs):
+    record = _state["record"]
+    first = record.destroyed is None
+    _state.pop("init_frames", None)  # a later init_process_group is no repeat
+    if first:
+        record.destroyed = {"line": learner_line()}
+        _mark_done()
+        _save()
+    with _owned("teardown"):
+        return _original["destroy_process_group"](*args, **kwargs)
+
+
+def _wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
+    """Wait until every rank has reached collective number ``step``; stop if one never will.
+
+    A rank that never will has ended (its ``done`` key), or sits in a DDP step
+    (a backward pass averaging gradients) that itself waits for this rank.
+    """
+    store = _store()
+    keys = [f"doctor/coll/{step}/{r}" for r in range(size)]
+    deadline = time.monotonic() + _state["settings"].wait_s
+    seen: dict[int, tuple[bytes, float]] = {}  # what each missing rank was doing, since when
+    while time.monotonic() < deadline:
+        missing = [r for r in range(size) if not store.check([keys[r]])]
+        if not missing:
+            break
+        for other in missing:
+            if store.check([f"doctor/done/{other}"]):
+                done = int(store.get(f"doctor/done/{other}"))
+                made = f" (it made {done} collective call(s) of its own)" if done else ""
+                _stop(
+                    "process_group",
+                    f"rank {rank} waits in {name}() (line {line}), but rank {other} "
+                    f"ended without calling it{made}: every rank must call each "
+                    "collective, in the same order",
+                    line,
+                )
+            _check_stuck(name, line, rank, other, seen)
+        with contextlib.suppress(dist.DistStoreError):
+            store.wait([keys[missing[0]]], datetime.timedelta(seconds=0.25))
+    else:
+        return  # the real call waits out the group's own timeout
+    ops = {r: store.get(keys[r]).decode() for r in range(size)}
+    if len({op.split(":")[0] for op in ops.values()}) > 1:
+        said = ", ".join(f"rank {r}: {op.replace(':', ' at line ')}" for r, op in ops.items())
+        _stop(
+            "process_group",
+            f"the ranks called different collectives at the same point ({said}): "
+            "every rank must call the same collectives in the same order",
+            line,
+        )
+
+
+def _check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> None:
+    """Stop when ``other`` has sat in one DDP step all the while this rank waited for it."""
+    store = _state["store"]
+    key = f"doctor/where/{other}"
+    if not store.check([key]):
+        return
+    where = store.get(key)
+    now = time.monotonic()
+    if other not in seen or seen[other][0] != where:
+        seen[other] = (where, now)
+        return
+    if now - seen[other][1] < STUCK_S:
+        return
+    op, at, _ = where.decode().split(":")
+    what = "a backward pass, where DDP averages gradients" if op == "backward" else "DDP(...)"
+    _stop(
+        "process_group",
+        f"rank {rank} waits in {name}() (line {line}) while rank {other} waits in {what} "
+        f"(line {at}), which needs every rank: the ranks are at different collectives, so "
+        "both would wait until the timeout; every rank must call the same collectives in "
+        "the same order",
+        line,
+    )
+
+
+def _collective(name: str) -> Callable:
+    real = _original[name]
+    signature = inspect.signature(real)
+
+    def checked(*args, **kwargs):
+        line = learner_line()
+        record = _state["record"]
+        if line is None or record is None:
+            return real(*args, **kwargs)
+        if not dist.is_initialized():
+            if record.destroyed:
+                _stop(
+                    "teardown",
+                    f"{name}() at line {line} runs after destroy_process_group() at line "
+                    f"{record.destroyed['line']} released the group, so it has no group "
+                    "to run in; destroy the group after the last collective",
+                    record.destroyed["line"],  # where the fix goes
+                )
+            return real(*args, **kwargs)
+        group = signature.bind_partial(*args, **kwargs).arguments.get("group")
+        if group is not None and group is not dist.group.WORLD:
+            return real(*args, **kwargs)  # a subgroup: not every rank takes part
+        rank, size = dist.get_rank(), dist.get_world_size()
+        step = len(record.collectives)
+        record.collectives.append({"op": name, "line": line})
+        _store().set(f"doctor/coll/{step}/{rank}", f"{name}:{line}")
+        _wait_for_all(name, line, step, rank, size)
+        with _blocking(name, line):
+            return real(*args, **kwargs)
+
+    return checked

@@ -1,0 +1,184 @@
+"""What the probe records of training: backward passes, DDP models, optimiser steps.
+
+:func:`.probe.install` wraps ``torch.autograd.backward`` and
+``DistributedDataParallel``'s ``__init__`` and ``forward`` with the functions
+here, and registers :func:`_after_step` after every optimiser step:
+
+* backward passes: the sum of the parameters each of the first ones trains
+  (the leaves of its graph, whatever then updates them), which parameters of
+  each DDP model got no gradient, and that the current epoch trained. While a
+  DDP model exists, a backward pass waits for the other ranks (DDP averages
+  gradients), and is marked so;
+* ``DistributedDataParallel``: its line, ``device_ids``, the module's device and
+  the one it asked for, ``find_unused_parameters`` and ``static_graph``, and the
+  error it raised if any. When CUDA stands in for a module that asked for a
+  GPU, the GPU-only arguments DDP would refuse are dropped. Forward passes
+  count as through DDP or around it (with the learner's line of the first
+  one around it);
+* optimiser steps: the sums of the parameters and gradients after the first
+  steps, evenly spaced parameter values to compare across ranks, and the
+  parameters the optimiser trains outside every DDP model.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from .probe_state import _blocking, _first_line, _local, _owned, _save, _state, learner_line
+
+#: Optimiser steps (and backward passes) whose parameters are recorded.
+STEPS_KEPT = 3
+
+#: Parameter values kept per step, evenly spaced (a large model's are not all sent).
+PARAMS_KEPT = 4096
+
+
+def _trained_parameters(tensors) -> list[torch.Tensor]:
+    """The parameters a backward pass from ``tensors`` trains: the leaves of its graph."""
+    roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ())
+    pending = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn]
+    seen, leaves = set(), {}
+    while pending:
+        node = pending.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            leaves.setdefault(id(variable), variable)
+        pending.extend(next_node for next_node, _ in node.next_functions)
+    return list(leaves.values())
+
+
+def _note_backward(tensors) -> None:
+    record = _state["record"]
+    if record is None or len(record.trained) > STEPS_KEPT:
+        return
+    params = _trained_parameters(tensors)
+    if not params:
+        return
+    with torch.no_grad():
+        total = float(sum(p.detach().double().sum() for p in params))
+    count = sum(p.numel() for p in params)
+    record.trained.append({"at": len(record.trained), "sum": total, "count": count})
+
+
+def _note_unused() -> None:
+    """After a backward pass: the parameters of each DDP model that got no gradient."""
+    changed = False
+    for entry, module in _state.get("ddp", []):
+        if entry["unused"] is None:
+            entry["unused"] = [
+                name
+                for name, p in module.named_parameters()
+                if p.requires_grad and p.grad is None
+            ]
+            changed = True
+    if changed:
+        _save()
+
+
+def _backward(original):
+    def backward(tensors, *args, **kwargs):
+        _note_backward(tensors)
+        entry = _state.get("epoch")
+        if entry is not None and not entry["trained"]:
+            entry["trained"] = True
+            _save()
+        if _state.get("ddp"):  # DDP averages gradients while backward runs
+            with _blocking("backward", learner_line()):
+                result = original(tensors, *args, **kwargs)
+        else:
+            result = original(tensors, *args, **kwargs)
+        _note_unused()
+        return result
+
+    return backward
+
+
+def _ddp_init(original):
+    def init(self, module, *args, **kwargs):
+        record = _state["record"]
+        line = learner_line()
+        bound = inspect.signature(original).bind_partial(self, module, *args, **kwargs)
+        device_ids = bound.arguments.get("device_ids")
+        entry = {
+            "line": line,
+            "device_ids": None
+            if device_ids is None
+            else [d if isinstance(d, int) else str(d) for d in device_ids],
+            "module_device": str(next(module.parameters()).device)
+            if any(True for _ in module.parameters())
+            else "none",
+            "asked": getattr(module, "_doctor_asked", None),
+            "error": None,
+            "find_unused": bool(bound.arguments.get("find_unused_parameters", False)),
+            "static_graph": bool(bound.arguments.get("static_graph", False)),
+            "unused": None,
+        }
+        record.ddp.append(entry)
+        # which parameters DDP keeps in step: an optimiser may train more
+        _state.setdefault("in_ddp", set()).update(id(p) for p in module.parameters())
+        if _state["settings"].stand_in and entry["asked"]:
+            # The model asked for a GPU and got the CPU from the doctor: drop the
+            # GPU-only arguments that DDP would refuse for a CPU module.
+            bound.arguments.pop("device_ids", None)
+            bound.arguments.pop("output_device", None)
+        try:
+            with _owned("model_wrapping"), _blocking("DistributedDataParallel", line):
+                original(*bound.args, **bound.kwargs)
+        except Exception as error:
+            entry["error"] = f"{type(error).__name__}: {_first_line(error)}"
+            _save()
+            raise
+        module.register_forward_pre_hook(_count_forward)
+        _state.setdefault("ddp", []).append((entry, module))
+        _save()
+
+    return init
+
+
+def _ddp_forward(original):
+    def forward(self, *args, **kwargs):
+        _local.in_ddp = getattr(_local, "in_ddp", 0) + 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _local.in_ddp -= 1
+
+    return forward
+
+
+def _count_forward(module, inputs) -> None:
+    if not torch.is_grad_enabled():
+        return
+    forwards = _state["record"].forwards
+    if getattr(_local, "in_ddp", 0):
+        forwards["wrapped"] += 1
+    else:
+        forwards["raw"] += 1
+        forwards["raw_line"] = forwards["raw_line"] or learner_line(3)
+
+
+def _after_step(optimizer, args, kwargs) -> None:
+    record = _state["record"]
+    if record is None or len(record.steps) >= STEPS_KEPT:
+        return
+    params = [p.detach() for group in optimizer.param_groups for p in group["params"]]
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
+    with torch.no_grad():
+        total = float(sum(p.double().sum() for p in params))
+        grad_sum = float(sum(g.double().abs().sum() for g in grads if g is not None))
+        flat = torch.cat([p.reshape(-1).float().cpu() for p in params])
+    record.steps.append({"params": total, "grads": grad_sum})
+    in_ddp = _state.get("in_ddp")
+    if in_ddp:  # what the optimiser trains outside every DDP module, by position
+        record.outside = [
+            {"index": i, "shape": list(p.shape), "sum": float(p.double().sum())}
+            for i, p in enumerate(params) if id(p) not in in_ddp
+        ]
+    # evenly spaced values are enough to see two ranks apart, and keep the record small
+    record.params = flat[:: max(1, flat.numel() // PARAMS_KEPT)].clone()
+    _save()
