@@ -73,7 +73,7 @@ class Programs:
             pass_fds: open file descriptors the program inherits.
             kept: bytes of its output kept, head and tail.
         """
-        full = {k: v for k, v in os.environ.items() if k != AGENT_STORE_ENV}
+        full = {k: v for k, v in {**os.environ, **self.env}.items() if k != AGENT_STORE_ENV}
         full.update(
             {
                 LAUNCH_TAG_ENV: self.folder.name,

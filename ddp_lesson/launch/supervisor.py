@@ -80,6 +80,9 @@ class Supervisor(Watcher, Programs, Failures):
             program and every process seen running below it.
         output: what the ranks printed (filled when it ends).
         timed_out: the deadline stopped the launch.
+        env: the variables every process of the launch finds set (its tag,
+            torch threads, the launch's store); this process's own
+            environment is left as it is.
     """
 
     def __init__(
@@ -152,14 +155,14 @@ class Supervisor(Watcher, Programs, Failures):
             wait_for_workers=False,
             master_listen_fd=fd,
         )
-        env = {
+        # what every process of the launch finds in its environment; this
+        # process's own environment stays as it is
+        self.env = {
             AGENT_STORE_ENV: "True",
             LAUNCH_TAG_ENV: self.folder.name,
             "OMP_NUM_THREADS": str(self.threads),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        self._saved_env = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
         # torch logs "Terminating process <pid> via signal SIGTERM" when it stops
         # the other ranks after a failure; the error says it in words, without pids.
         self._spawn_log = logging.getLogger("torch.multiprocessing.spawn")
@@ -183,9 +186,7 @@ class Supervisor(Watcher, Programs, Failures):
 
     # -- starting ranks ---------------------------------------------------------
     def _rank_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["TMPDIR"] = str(self.scratch)
-        return env
+        return {**os.environ, **self.env, "TMPDIR": str(self.scratch)}
 
     def start_ranks(
         self,
@@ -246,10 +247,12 @@ class Supervisor(Watcher, Programs, Failures):
         )
         if use_warm:
             self._ensure_server()
-        context = self._torch_start(
-            entry, (start, target or fn, *args), nprocs, False, daemon,
-            "forkserver" if use_warm else "spawn",
-        )  # fmt: skip
+        # a fresh interpreter takes this process's environment as it starts
+        with _environment(self.env if not use_warm else {}):
+            context = self._torch_start(
+                entry, (start, target or fn, *args), nprocs, False, daemon,
+                "forkserver" if use_warm else "spawn",
+            )  # fmt: skip
         with self._lock:
             first = len(self._rank_pids)
             self._rank_pids.update({first + i: p.pid for i, p in enumerate(context.processes)})
@@ -281,7 +284,8 @@ class Supervisor(Watcher, Programs, Failures):
 
     def _ensure_server(self) -> None:
         with self._tap.paused():  # the server outlives this launch: not on its pipe
-            start_warm_server()
+            with _environment(self.env):  # (it starts as the launch's processes do)
+                start_warm_server()
 
     def _route(self) -> None:
         """Hand ``mp.spawn`` and ``mp.start_processes`` inside the block to this launch."""
@@ -330,11 +334,6 @@ class Supervisor(Watcher, Programs, Failures):
             self._hooks.close()
         if hasattr(self, "_saved_level"):
             self._spawn_log.setLevel(self._saved_level)
-        for key, value in getattr(self, "_saved_env", {}).items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         if hasattr(self, "_store"):
             del self._store  # closes the listening socket
         if hasattr(self, "channel"):
@@ -364,3 +363,28 @@ class Supervisor(Watcher, Programs, Failures):
         return reports.table(self.reports, columns, digits=digits)
 
 
+#: Held while this process's environment carries a launch's variables.
+_environment_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """This process's environment with ``values`` set, only while a process is being started.
+
+    A process started by the ``spawn`` method (or the warm server) takes
+    the environment of the moment it starts; it is put back right after.
+    """
+    if not values:
+        yield
+        return
+    with _environment_lock:
+        saved = {key: os.environ.get(key) for key in values}
+        os.environ.update(values)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
