@@ -25,7 +25,7 @@ MODULES = [
     "ddp_lesson.exercises",
     "ddp_lesson.exercises.checks",
     "ddp_lesson.exercises.generate",
-    "ddp_lesson.exercises.probes.stages",
+    "ddp_lesson.exercises.probes.stage_workers",
     "ddp_lesson.group",
     "ddp_lesson.launch",
     "ddp_lesson.launch.elastic",
@@ -42,7 +42,7 @@ MODULES = [
 #: What ranks import to run the course's own functions (views, checks, the bench, the doctor).
 RANK_SIDE = [
     "ddp_lesson.views.runs",
-    "ddp_lesson.exercises.probes.stages",
+    "ddp_lesson.exercises.probes.stage_workers",
     "ddp_lesson.exercises.probes.practice",
     "ddp_lesson.exercises.probes.inside",
     "ddp_lesson.exercises.probes.checkpoints",

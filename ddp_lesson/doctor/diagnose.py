@@ -82,7 +82,7 @@ def diagnose(
     if reading.problem:
         return Diagnosis(str(path), problem=reading.problem)
     from .judge import import_problem, nothing_checked, verdict
-    from .run import Outcome, describe, run
+    from .run import Outcome, describe, run_probed
 
     if reading.unstartable:  # judged from its code alone: nothing to start, no torch
         outcome = Outcome(launch=describe(reading, 0, args), timeout_s=timeout_s)
@@ -98,7 +98,7 @@ def diagnose(
         return Diagnosis(str(path), problem=str(error).replace("world_size", "--world-size", 1))
     if reading.mode == WORKER:
         args = tuple(_literal(a) for a in args)
-    outcome = run(reading, world_size, timeout_s, args)
+    outcome = run_probed(reading, world_size, timeout_s, args)
     problem = import_problem(reading, outcome)
     if problem:
         return Diagnosis(str(path), problem=problem, ranks=outcome.ranks, output=outcome.output)

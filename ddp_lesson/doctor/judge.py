@@ -72,7 +72,7 @@ def verdict(
 
     Args:
         reading: what the code says (:func:`ddp_lesson.doctor.read.read`).
-        outcome: what the run left (:func:`ddp_lesson.doctor.run.run`).
+        outcome: what the run left (:func:`ddp_lesson.doctor.run.run_probed`).
         world_size: the processes the doctor asked for.
         not_run: why the file was not run at all (then the code's findings are
             the verdicts, since running it is not possible).

@@ -79,7 +79,7 @@ def describe(reading: Reading, world_size: int, args: Sequence) -> str:
     return f"main({given}) in {world_size} processes started by the doctor"
 
 
-def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> Outcome:
+def run_probed(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> Outcome:
     """Run the file as its launch style asks, under the probe; return what it left."""
     import torch
 
@@ -120,13 +120,13 @@ def run(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> 
                 )
                 if reading.mode == WORKER:
                     launch.start(
-                        start.run_worker,
+                        start.worker_process,
                         args=(settings, world_size, path, tuple(args)),
                         nprocs=world_size,
                     )
                 elif reading.mode == SCRIPT:
                     launch.start(
-                        start.run_script, args=(settings, path, list(map(str, args))), nprocs=1
+                        start.script_process, args=(settings, path, list(map(str, args))), nprocs=1
                     )
                 else:
                     flags = [

@@ -2,9 +2,9 @@
 
 One way in per launch style (:mod:`.run` picks it):
 
-* :func:`run_worker`: a process the doctor started, which loads the file
+* :func:`worker_process`: a process the doctor started, which loads the file
   and calls its ``main(rank, world_size, *args)``;
-* :func:`run_script`: the script's own process, which runs the file as
+* :func:`script_process`: the script's own process, which runs the file as
   ``__main__``; the processes its ``mp.spawn`` starts begin at
   :func:`forked_rank` (or :func:`rank_entry`);
 * :func:`torchrun_rank`: what torchrun runs in every worker, forked from
@@ -123,7 +123,7 @@ def _run_file(path: str, argv: list[str]) -> None:
     runpy.run_path(path, run_name="__main__")
 
 
-def run_worker(index: int, settings: Settings, world_size: int, path: str, args: tuple) -> None:
+def worker_process(index: int, settings: Settings, world_size: int, path: str, args: tuple) -> None:
     """What each process runs for a worker file: load it, call ``main(rank, world_size, *args)``."""
     from ..sources import load
 
@@ -138,7 +138,7 @@ def run_worker(index: int, settings: Settings, world_size: int, path: str, args:
     probe.call_main(index, module.main, (world_size, *args))
 
 
-def run_script(index: int, settings: Settings, path: str, argv: list[str]) -> None:
+def script_process(index: int, settings: Settings, path: str, argv: list[str]) -> None:
     """The script's own process: run the file as ``__main__`` with its spawns recorded."""
     # recorded here, also where a launch inside the script would take spawn over
     torch_hooks.hold(torch_hooks.START_PROCESSES)

@@ -35,9 +35,6 @@ from .supervisor import Supervisor
 from .warm_server import warm_up
 from .watching import active
 
-#: The object a ``with launch.bounded(...) as run:`` block gives.
-Run = Supervisor
-
 
 def as_python_u() -> None:
     """Make this process, forked from a warm server, what a fresh ``python -u`` would be.
@@ -152,7 +149,6 @@ __all__ = [
     "OUTPUT_KEPT_BYTES",
     "LaunchInterrupted",
     "LaunchTimeout",
-    "Run",
     "STOP_GRACE_S",
     "Supervisor",
     "TorchrunRun",

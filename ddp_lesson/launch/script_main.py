@@ -26,12 +26,12 @@ from . import torch_hooks
 def main() -> None:
     # Run as `python -m`, this module is __main__, which the script replaces: the
     # processes its mp.spawn starts find as_spawned in the module under its own name.
-    from ddp_lesson.launch.script_main import run as run_here
+    from ddp_lesson.launch.script_main import run_as_main
 
-    run_here(*sys.argv[1:])
+    run_as_main(*sys.argv[1:])
 
 
-def run(script: str, *args: str) -> None:
+def run_as_main(script: str, *args: str) -> None:
     """Run ``script`` with ``args`` in this process as ``python script args`` would."""
     from ddp_lesson.launch import ranks
 
@@ -98,7 +98,7 @@ def torchrun_worker(script: str, *args: str) -> None:
     :func:`.elastic.main`).
     """
     as_python_u()
-    run(script, *args)
+    run_as_main(script, *args)
 
 
 def as_python_u() -> None:

@@ -28,7 +28,7 @@ _HOME = {
     "OverlapTimeline": "inside",
     "ProgressBars": "base",
     "Quiz": "quiz",
-    "RankAssignment": "ranks",
+    "RankAssignment": "rank_assignment",
     "SamplerExplorer": "sampler",
     "parse_whole": "base",
     "partition_html": "sampler",
@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # what editors and type checkers see
     from .base import ProgressBars, parse_whole, progress
     from .inside import OverlapTimeline
     from .quiz import Quiz
-    from .ranks import RankAssignment
+    from .rank_assignment import RankAssignment
     from .sampler import SamplerExplorer, partition_html
     from .sync import GradientSync
 

@@ -1,7 +1,7 @@
 """The exercises' checks: each runs the learner's code for real and explains the outcome.
 
 ``from ddp_lesson.exercises import checks`` then ``checks.check_spawn(...)``.
-Each topic keeps its checks in a module of this package (:mod:`.stages` for
+Each topic keeps its checks in a module of this package (:mod:`.stage_workers` for
 the lesson's stages 02-06, one module per later notebook); every name
 ``check_...`` defined in any of them is available here. What all of them
 share (the :class:`Result`, running a probe) is in :mod:`.base`.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ... import data, devices, launch, reports
 from ...stages import stage
-from ..probes import stages as probes
+from ..probes import stage_workers as probes
 from . import answers, base
 from .base import Result, failed, graded, launch_checked, not_attempted, passed, quote
 
