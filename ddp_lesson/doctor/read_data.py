@@ -9,13 +9,9 @@ never calls ``set_epoch``.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
 from .read_syntax import _calls, _keyword, _name, _Scope, _training_loops
-from .read_terms import Finding
-
-if TYPE_CHECKING:
-    from .read import Reading
+from .read_terms import Finding, Reading
 
 
 def _loop_source(loop: ast.For) -> ast.expr:

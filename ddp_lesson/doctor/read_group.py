@@ -8,13 +8,9 @@ collectives that only some ranks call (inside an ``if`` on the rank).
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
 from .read_syntax import _calls, _keyword, _name
-from .read_terms import COLLECTIVES, Finding
-
-if TYPE_CHECKING:
-    from .read import Reading
+from .read_terms import COLLECTIVES, Finding, Reading
 
 
 def _mentions_rank(node: ast.AST) -> bool:

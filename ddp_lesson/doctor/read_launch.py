@@ -10,13 +10,9 @@ given: ``args`` against its target's parameters (rank is passed already),
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
 from .read_syntax import _keyword, _name, _Scope, _top_level
-from .read_terms import STAGE_CALLS, TORCHRUN_VARIABLES, Finding
-
-if TYPE_CHECKING:
-    from .read import Reading
+from .read_terms import STAGE_CALLS, TORCHRUN_VARIABLES, Finding, Reading
 
 
 def _unguarded_spawns(tree: ast.Module) -> list[ast.Call]:

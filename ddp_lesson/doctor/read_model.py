@@ -9,13 +9,9 @@ module instead of its wrapper.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
 from .read_syntax import _calls, _ddp_aliases, _name, _Scope, _training_loops
-from .read_terms import Finding
-
-if TYPE_CHECKING:
-    from .read import Reading
+from .read_terms import Finding, Reading
 
 
 def _constant_device(expr: ast.expr | None) -> str | None:

@@ -2,14 +2,16 @@
 
 The calls each stage owns (:data:`STAGE_CALLS`), the collectives every
 rank must call, the variables torchrun sets, the addresses that listen on
-every network interface, and :class:`Finding`: one mistake, as the code or
-the run shows it. Nothing here reads code; the reader (:mod:`.read` and
+every network interface, :class:`Finding` (one mistake, as the code or
+the run shows it) and :class:`Reading` (what the code of one file says,
+which each ``read_*`` module fills in). Nothing here reads code; the reader (:mod:`.read` and
 its ``read_*`` modules), :mod:`.probe` and :mod:`.judge` all use these.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 #: Collectives: every rank of the group must call each of them, in the same order.
 COLLECTIVES = frozenset(
@@ -77,3 +79,56 @@ class Finding:
     evidence: str
     line: int | None
     needs: str = ""
+
+
+#: How the doctor starts a file (:attr:`Reading.mode`).
+SCRIPT, WORKER, TORCHRUN = "script", "worker", "torchrun"
+
+
+@dataclass
+class Reading:
+    """What the code of one file says.
+
+    Attributes:
+        path: the file.
+        problem: set when the file cannot be diagnosed at all (a one-line reason).
+        mode: how to start it: ``"script"`` (its ``__main__`` block calls
+            ``mp.spawn``: run it as a whole), ``"torchrun"`` (it joins a group
+            from the environment torchrun sets: run it under torchrun) or
+            ``"worker"`` (it defines ``main(rank, world_size, ...)``: the
+            doctor starts the processes and calls it).
+        findings: mistakes the code suggests (the run confirms or not).
+        warnings: what is worth knowing though no stage is at fault
+            (listening on every network interface, ...).
+        lines: the line that owns each stage, where one was found.
+        owners: the stage each line belongs to (a call of that stage is on it).
+        sources: each line's text, to quote it.
+        nprocs: the number of processes ``mp.spawn`` is asked for, when the
+            code gives it as a constant.
+        hard_nccl: ``init_process_group`` is given the literal backend ``"nccl"``.
+        asks_device_count: the code asks how many GPUs there are
+            (``torch.cuda.device_count()``, ``torch.accelerator.device_count()``)
+            or whether there is an accelerator (``torch.accelerator.is_available()``,
+            ``current_accelerator()``).
+        unstartable: set when the file cannot be run as written (a finding
+            says why); the doctor then judges the code without running it.
+    """
+
+    path: Path
+    problem: str = ""
+    mode: str = ""
+    findings: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)
+    owners: dict[int, str] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list, repr=False)
+    nprocs: int | None = None
+    hard_nccl: bool = False
+    asks_device_count: bool = False
+    unstartable: bool = False
+
+    def source(self, line: int | None) -> str:
+        """The text of ``line`` (stripped), or ``""``."""
+        if line is None or not 0 < line <= len(self.sources):
+            return ""
+        return self.sources[line - 1].strip()

@@ -7,14 +7,10 @@ in its watch thread; :func:`active` names the launch whose block runs.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import psutil
 
 from . import processes
-
-if TYPE_CHECKING:
-    from .supervisor import Supervisor
 
 #: Seconds between two looks at the processes of a launch.
 WATCH_S = 0.1
@@ -29,11 +25,11 @@ AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
 LAUNCH_TAG_ENV = "DDP_LESSON_LAUNCH"
 
 #: The launches whose ``with`` block is running in this process, innermost last.
-_active: list[Supervisor] = []
+_active: list = []  # (of Supervisor)
 
 
-def active() -> Supervisor | None:
-    """The innermost launch whose ``with`` block is running in this process, if any."""
+def active() -> object | None:
+    """The innermost launch (a :class:`.supervisor.Supervisor`) whose block runs here, if any."""
     return _active[-1] if _active else None
 
 
