@@ -56,7 +56,7 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """Pixels (1797 x 64, values 0-16) and labels of scikit-learn's digits file.
 
     The file is read straight from the scikit-learn package: importing
-    scikit-learn itself costs about two seconds in every rank of every launch.
+    scikit-learn itself would cost seconds in every rank of every launch.
     """
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:

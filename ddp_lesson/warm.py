@@ -3,9 +3,10 @@
 A launch forks its ranks from a server process (multiprocessing's
 forkserver) that imported this module when it started: torch, what the
 first ``DDP(...)`` call of a process imports (part of torch's compiler),
-and the course's rank-side modules. A fresh interpreter pays about 0.9 s
-for ``import torch`` and about 1 s more at its first ``DDP(...)``; a rank
-forked from the server pays neither. The server never touches CUDA, so a
+and the course's rank-side modules. A fresh interpreter imports torch
+again, and part of its compiler at its first ``DDP(...)``, which takes
+seconds (``make bench`` measures a launch both ways); a rank forked from
+the server does neither. The server never touches CUDA, so a
 rank forked from it may. In the server (which the launch starts with
 ``processes.SERVER_FOLDER_VARIABLE`` set), it installs
 ``destroy_process_group``'s pause (:func:`.launch.ranks.pause_after_destroy`),
@@ -15,9 +16,9 @@ script's ``mp.spawn`` imports the script again first
 changes nothing of torch.
 
 Python's cyclic garbage collector is kept out of the way while the server
-imports: the imports create some 285,000 long-lived objects, and the
-collector would scan them again and again as they are made (a quarter of
-the server's start on a 2-core machine). This module lies outside
+imports: the imports create a great many long-lived objects, and the
+collector would scan them again and again as they are made, which slows
+the server's start for nothing. This module lies outside
 ``launch`` for that reason: importing that package imports torch before a
 line of this one runs. Afterwards the objects are frozen (``gc.freeze``):
 the collector of a rank forked from the server skips what it inherited
@@ -49,8 +50,8 @@ if processes.SERVER_FOLDER_VARIABLE in os.environ:  # this process is the warm s
 torch.zeros(1)  # the first tensor allocates torch's CPU allocator state once, here
 data._digits_arrays()  # the digits file, which most ranks load, read once here
 
-# No gc.collect() first: it would take 0.1-0.25 s of every server's start, to
-# free some 9,000 objects the imports left in cycles (functions, tuples,
+# No gc.collect() first: it would scan every object the imports made, at every
+# server's start, to free the few they left in cycles (functions, tuples,
 # types; no open file or socket among them); the server's peak memory is the
 # same either way.
 gc.freeze()

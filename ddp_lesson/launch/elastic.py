@@ -128,7 +128,7 @@ def fresh_worker_store_per_round() -> None:
     workers and keeps it for the whole job. After a restart, the new
     workers' ``init_process_group`` finds the keys the old workers left
     there (their gloo or NCCL addresses) and tries to reach ranks that are
-    gone: with torch 2.13 and gloo, every restart fails with "Gloo
+    gone: with gloo, the restart then fails with "Gloo
     connectFullMesh failed ... Connect timeout" (pytorch/pytorch#135712
     describes the same for NCCL). A new server per round has no old keys;
     the round-numbered rendezvous keys tell every node its port.

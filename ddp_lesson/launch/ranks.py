@@ -15,9 +15,9 @@ It starts each rank at :func:`entry`, handing it a :class:`RankStart`, and
 * use the launch's number of torch threads;
 * send its reports to the launch's folder (:func:`ddp_lesson.reports.connect`);
 * adopt its own orphans;
-* skip the interpreter's last garbage collections at exit (0.6-0.7 s per
-  rank after ``import torch`` and a ``DDP(...)``; nothing a rank leaves
-  behind needs a cycle collected).
+* skip the interpreter's last garbage collections at exit (after
+  ``import torch`` and a ``DDP(...)`` they would walk every object torch
+  made; nothing a rank leaves behind needs a cycle collected).
 
 Then :func:`entry` imports the function by module and name, as
 ``mp.spawn`` would, and calls it with the rank.
@@ -220,7 +220,7 @@ DESTROY_PAUSE_S = 0.05
 def pause_after_destroy() -> None:
     """Make ``destroy_process_group()`` let go of Python's lock briefly before it returns.
 
-    A torch deadlock at teardown, seen about once in a dozen launches of a
+    A torch deadlock at teardown, seen now and then in launches of a
     gloo worker that all-reduces its own tensors: a gloo thread frees the
     last collective it ran, which needs Python's lock (its tensors have
     Python objects); meanwhile the rank's main thread, holding that lock,
@@ -280,8 +280,8 @@ def quick_exit() -> None:
     """Spare this rank the interpreter's last garbage collections when it exits.
 
     At exit Python walks every object still alive looking for reference
-    cycles; after importing torch and a first ``DDP(...)`` that is several
-    hundred thousand objects. Reports and progress are written as they are
+    cycles, every object that importing torch and a first ``DDP(...)``
+    made among them. Reports and progress are written as they are
     sent, so at exit the objects are frozen: the collector skips them, and
     the rest of shutdown (atexit handlers, module teardown, reference
     counting) happens as usual.

@@ -48,7 +48,8 @@ def spawn_warm() -> None:
 
     ``mp.spawn`` starts each process as a fresh interpreter (the *spawn*
     start method), which imports torch, and at its first ``DDP(...)`` part
-    of torch's compiler: 2-2.5 s of CPU per process. Here the first call
+    of torch's compiler: seconds of CPU per process (``make bench``
+    measures a launch both ways). Here the first call
     starts a server that imports them once (:mod:`ddp_lesson.warm`, the
     server a notebook's launch uses) and every process is forked from it
     (the *forkserver* method). Each one still is what spawn makes: it runs

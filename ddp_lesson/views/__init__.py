@@ -13,8 +13,8 @@ and :func:`progress`
 Each name is imported when it is first used (``views.SamplerExplorer``,
 ``from ddp_lesson.views import plots``), not with the package: a rank
 running a view's function imports :mod:`.runs` and this package, and
-nothing of matplotlib, ipywidgets or IPython, which would cost it about
-half a second of CPU at every launch.
+nothing of matplotlib, ipywidgets or IPython, whose imports would cost
+it CPU time at every launch.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ MODEL = stage("model_wrapping").title
 #: that is a power of two the hand-built arithmetic is DDP's to the bit; with
 #: others, dividing the sum by the world size and DDP's multiplying each
 #: gradient by 1 / world_size before summing round differently in the last
-#: bits (about 1e-8 with three ranks: tests/test_inside.py), which this allows.
+#: bits (tests/test_inside.py shows it with three ranks), which this allows.
 TOLERANCE = 1e-6
 
 #: Training steps the check runs.

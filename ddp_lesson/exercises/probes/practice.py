@@ -199,7 +199,7 @@ class WatchedTestSet(TensorDataset):
 
 
 def trained_model() -> nn.Module:
-    """The lesson's network after a few steps: the same on every rank, right about half the time."""
+    """The lesson's network after a few steps: the same on every rank, right on some images only."""
     import torch.nn.functional as F
 
     from ...data import digits
