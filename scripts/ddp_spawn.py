@@ -97,9 +97,10 @@ def main(rank, world_size, port, epochs, batch_size):
     if rank == 0:
         print(f"test accuracy {evaluate(model, device):.4f}")
     destroy_process_group()
-    # A workaround for a torch problem (gloo): the last all-reduce is freed
-    # by a gloo thread that needs Python's lock, while freeing `model` when
-    # main returns waits for that thread; the sleep lets it finish first.
+    # A workaround for a torch problem at exit, not part of DDP: one of
+    # gloo's threads still frees the last collective, which takes Python's
+    # lock; if Python is shutting down by then, the process aborts.
+    # Sleeping lets go of the lock and lets that thread finish.
     time.sleep(0.05)
 
 

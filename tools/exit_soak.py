@@ -173,6 +173,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
+    # stopped (SIGTERM): leave through one_run's cleanup, which stops the run
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     # what a run leaves behind becomes this process's child, to be reaped
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     cmd = command(args)
