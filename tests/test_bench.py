@@ -8,11 +8,11 @@ structure the tables and pictures need, and are consistent with each other.
 import contextlib
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 import torch
+from waiting import wait_until
 
 from ddp_lesson import bench, data, launch
 from ddp_lesson.views import plots
@@ -183,14 +183,14 @@ def test_a_process_outside_the_measurement_makes_the_machine_busy(monkeypatch):
     start = f"import subprocess, sys\nprint(subprocess.Popen([sys.executable, '-c', {HOG!r}]).pid)"
     pid = int(subprocess.run([sys.executable, "-c", start], capture_output=True, text=True,
                              check=True).stdout)  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def ended() -> bool:
         try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                break
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
-            break
-        time.sleep(0.05)
+            return True
+
+    wait_until(ended, 120, "the busy process (one CPU-second of work) to end")
     assert others.others_s() >= 0.9, others.others_s()  # its second, less clock rounding
     assert 0 < others.share() <= 1
     monkeypatch.setattr(bench.conditions, "OTHERS_MAX", 0.0)

@@ -176,8 +176,11 @@ def test_torchrun_past_its_deadline_is_stopped_with_everything_it_started(tmp_pa
     started = time.monotonic()
     with pytest.raises(launch.LaunchTimeout, match="did not finish within 10 s"):
         elastic.torchrun(script, nproc_per_node=2, timeout_s=deadline)
-    # the deadline plus the polite stop's grace (and the machine's load)
-    assert time.monotonic() - started < deadline + 4 * launch.STOP_GRACE_S + 10
+    # stopped, not hung: the deadline plus the polite stop's grace, with a
+    # margin for a busy machine (a bound on hanging, not a measure of speed)
+    bound = deadline + 4 * launch.STOP_GRACE_S + 60
+    took = time.monotonic() - started
+    assert took < bound, f"torchrun past its {deadline} s deadline took {took:.0f} s to stop"
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
+from waiting import wait_until
 
 import ddp_lesson.measures
 from ddp_lesson.launch import processes
@@ -130,9 +130,7 @@ def test_a_rank_freezes_its_objects_at_exit_only_when_a_launch_set_it_up(tmp_pat
 def test_a_process_counts_as_alive_until_it_exits_even_before_it_is_reaped():
     assert processes.alive(os.getpid())
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 30
-    while processes.alive(child.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not processes.alive(child.pid), 60, "`python -c pass` to exit")
     assert psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE  # nobody waited yet
     assert not processes.alive(child.pid)
     child.wait()
@@ -145,13 +143,12 @@ def test_an_orphan_is_adopted_and_stopped_with_the_tree():
     code = "import subprocess, sys; subprocess.Popen(['sleep', '300']); sys.exit(0)"
     with processes.adopting_orphans() as supported:
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-        deadline = time.monotonic() + 10
-        orphans = []
-        while not orphans and time.monotonic() < deadline:
-            orphans = [p for p in processes.descendants() if "sleep" in p.name()]
-            time.sleep(0.05)
+
+        def adopted():
+            return [p for p in processes.descendants() if "sleep" in p.name()]
+
         if supported:
-            assert orphans, "the orphaned grandchild was not adopted"
+            wait_until(adopted, 60, "the orphaned grandchild to be adopted")
         stopped = processes.stop_tree(processes.descendants, grace_s=1)
     if supported:
         assert stopped >= 1

@@ -439,8 +439,9 @@ def test_items_on_the_tutorials_fixed_port_take_turns(tmp_path):
         marked.start()
         assert not entered.wait(0.5), "a marked item ran while another held the port"
         fcntl.flock(other_worker, fcntl.LOCK_UN)
-        assert entered.wait(10)
-    marked.join(10)
+        assert entered.wait(120), "waited 120 s for the marked item to run once the port was free"
+    marked.join(120)
+    assert not marked.is_alive(), "waited 120 s for the marked item to let the port go"
     with open(rules.__file__, "rb") as after:  # and let go once done
         fcntl.flock(after, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (nobody else locks the copy)
 
