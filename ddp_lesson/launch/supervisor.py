@@ -50,6 +50,9 @@ from .ranks import RankStart, Target, entry
 from .warm_server import start_warm_server, warm_server_fits
 from .watching import AGENT_STORE_ENV, LAUNCH_TAG_ENV, Watcher, _active, _key
 
+#: torch's switch for a store barrier at the end of ``init_process_group``.
+INIT_BARRIER_ENV = "TORCH_DIST_INIT_BARRIER"
+
 
 class Supervisor(Watcher, Programs, Failures):
     """One supervised launch; use it as a ``with`` block (see the module and :func:`bounded`).
@@ -81,8 +84,9 @@ class Supervisor(Watcher, Programs, Failures):
         output: what the ranks printed (filled when it ends).
         timed_out: the deadline stopped the launch.
         env: the variables every process of the launch finds set (its tag,
-            torch threads, the launch's store); this process's own
-            environment is left as it is.
+            torch threads, the launch's store, a barrier at the end of
+            ``init_process_group``); this process's own environment is left
+            as it is.
     """
 
     def __init__(
@@ -162,6 +166,12 @@ class Supervisor(Watcher, Programs, Failures):
             LAUNCH_TAG_ENV: self.folder.name,
             "OMP_NUM_THREADS": str(self.threads),
             "PYTHONDONTWRITEBYTECODE": "1",
+            # torch's own switch: init_process_group ends with a barrier on the
+            # store. Without it gloo's init can return on one rank while a
+            # partner still reads their new connection; a rank that then
+            # leaves (or fails) closes it under the partner, whose init fails
+            # with "Connection closed by peer" (tests/faults/test_early_leave.py).
+            INIT_BARRIER_ENV: "1",
         }
         # torch logs "Terminating process <pid> via signal SIGTERM" when it stops
         # the other ranks after a failure; the error says it in words, without pids.

@@ -17,6 +17,7 @@ import psutil
 import pytest
 import torch.multiprocessing as mp
 from launch_workers import hostile
+from waiting import wait_until
 
 from ddp_lesson import doctor, launch
 
@@ -52,11 +53,9 @@ def gone(word: str) -> None:
     assert not launch.child_processes()
 
 
-def started(word: str, count: int, timeout_s: float = 30) -> None:
+def started(word: str, count: int, timeout_s: float = 120) -> None:
     """Wait until ``count`` processes carry ``word`` (the families have started)."""
-    deadline = time.monotonic() + timeout_s
-    while len(family(word)) < count and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(family(word)) >= count, timeout_s, f"{count} processes to start")
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["forked", "fresh"])

@@ -93,3 +93,72 @@ def stub_after_joining(rank, world_size, port):
         raise NotImplementedError(f"rank {rank}: your code here")
     finally:
         group.leave()
+
+
+class _HeldUp(torch.distributed.Store):
+    """A store through which a rank is held up once inside ``init_process_group``.
+
+    Once the rank has published its own address (its first ``set``), its
+    next request to the store waits ``held_s`` first, as a rank of a busy
+    machine can fall behind right there.
+    """
+
+    def __init__(self, store, held_s):
+        super().__init__()
+        self.store, self.held_s, self.published, self.held = store, held_s, False, False
+
+    def _maybe_held(self):
+        if self.published and not self.held:
+            self.held = True
+            time.sleep(self.held_s)
+
+    def set(self, key, value):
+        self.store.set(key, value)
+        self.published = True
+
+    def get(self, key):
+        self._maybe_held()
+        return self.store.get(key)
+
+    def wait(self, keys, *timeout):
+        self._maybe_held()
+        return self.store.wait(keys, *timeout)
+
+    def add(self, key, value):
+        self._maybe_held()
+        return self.store.add(key, value)
+
+    def check(self, keys):
+        return self.store.check(keys)
+
+    def compare_set(self, key, expected, desired):
+        return self.store.compare_set(key, expected, desired)
+
+    def delete_key(self, key):
+        return self.store.delete_key(key)
+
+    def num_keys(self):
+        return self.store.num_keys()
+
+    def set_timeout(self, timeout):
+        return self.store.set_timeout(timeout)
+
+
+def leaves_at_once(rank, world_size, port, attempts, held_s):
+    """Rank 1 is held up inside ``init_process_group``; rank 0 leaves as soon as its own returns.
+
+    ``attempts`` groups, one after another: which rank of a gloo pair makes
+    the connection depends on their ports, so each attempt has an even
+    chance of rank 0 finishing first while rank 1 still has to read it.
+    """
+    import torch.distributed as dist
+
+    for attempt in range(attempts):
+        client = dist.TCPStore("127.0.0.1", port, world_size, False, timedelta(seconds=60))
+        store = dist.PrefixStore(f"attempt-{attempt}", client)
+        if rank == 1:
+            store = _HeldUp(store, held_s)
+        init_process_group(
+            "gloo", store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=60)
+        )
+        dist.destroy_process_group()
