@@ -220,15 +220,18 @@ DESTROY_PAUSE_S = 0.05
 def pause_after_destroy() -> None:
     """Make ``destroy_process_group()`` let go of Python's lock briefly before it returns.
 
-    A torch deadlock at teardown, seen now and then in launches of a
-    gloo worker that all-reduces its own tensors: a gloo thread frees the
-    last collective it ran, which needs Python's lock (its tensors have
-    Python objects); meanwhile the rank's main thread, holding that lock,
-    frees the DDP wrapper when ``main`` returns, and with it the process
-    group, whose destructor waits for that gloo thread. A pause after
-    ``destroy_process_group()`` lets the gloo thread finish first. Installed
-    before the worker's module is imported, so ``from torch.distributed
-    import destroy_process_group`` finds it.
+    A torch problem at teardown: a collective that has finished is freed
+    a moment later by one of gloo's threads, and the Python state it still
+    holds (that of the thread that started it) needs Python's lock to be
+    freed. If the rank's main thread holds that lock meanwhile while it
+    frees the process group (with the DDP wrapper, when ``main`` returns),
+    whose destructor waits for that gloo thread, both wait for ever; if
+    the main thread has reached interpreter shutdown, Python ends the gloo
+    thread half-way and the process aborts ("terminate called without an
+    active exception"). A pause after ``destroy_process_group()`` lets the
+    gloo thread finish first. Installed before the worker's module is
+    imported, so ``from torch.distributed import destroy_process_group``
+    finds it.
     """
     torch_hooks.wrap(torch_hooks.DESTROY, _with_pause)
 
