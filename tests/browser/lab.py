@@ -128,21 +128,27 @@ def jupyterlab(folder: Path, log_name: str) -> Iterator[tuple[str, str]]:
         log.close()
 
 
-def start_kernel(url: str, token: str, notebook: str) -> None:
-    """Start the notebook's kernel through JupyterLab's REST API before the page opens.
+def kernels_of(url: str, token: str, notebook: str) -> list[str]:
+    """The ids of the kernels the server at ``url`` runs for ``notebook`` (one per session)."""
+    with urllib.request.urlopen(f"{url}/api/sessions?token={token}", timeout=60) as reply:
+        sessions = json.load(reply)
+    return [s["kernel"]["id"] for s in sessions if s["path"] == notebook]
 
-    A page that finds a running session for its notebook connects to it;
-    without one, JupyterLab may first ask which kernel to start.
+
+def one_kernel(url: str, token: str, notebook: str) -> None:
+    """Fail, naming them, unless the server runs exactly one kernel for ``notebook``.
+
+    The page starts its notebook's kernel itself. A second session for the
+    same notebook (one started through the REST API, say) is a kernel the
+    page does not show, and JupyterLab can swap one for the other under
+    running cells on a busy machine.
     """
-    request = urllib.request.Request(
-        f"{url}/api/sessions?token={token}",
-        data=json.dumps(
-            {"path": notebook, "type": "notebook", "kernel": {"name": "python3"}}
-        ).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    urllib.request.urlopen(request, timeout=60).close()
+    kernels = kernels_of(url, token, notebook)
+    if len(kernels) != 1:
+        raise AssertionError(
+            f"JupyterLab runs {len(kernels)} kernels for {notebook} ({kernels}); "
+            "the page must be the only one to start its notebook's kernel"
+        )
 
 
 def wait_for_kernel(page) -> None:
@@ -205,14 +211,16 @@ def run_all(page) -> None:
 
 
 @contextlib.contextmanager
-def running_notebook(url: str, token: str, name: str, *, height: int = 1000,
-                     failure: str = "failure.png") -> Iterator:
+def running_notebook(
+    url: str, token: str, name: str, *, height: int = 1000, failure: str = "failure.png"
+) -> Iterator:
     """Open notebook ``name`` of the server at ``url`` in Chromium and run all its cells.
 
     Yields the page while the cells run. When the test fails, a screenshot
     of the whole page goes to ``tests/artifacts/<failure>`` and the stderr
     outputs in the page are printed; the browser is closed either way.
-    Start the notebook's kernel first (:func:`start_kernel`).
+    The page starts the notebook's kernel (JupyterLab's autoStartDefaultKernel);
+    the cells run once it is idle and the only kernel of that notebook.
     """
     sync_api = pytest.importorskip("playwright.sync_api")
     browser_path = chromium()
@@ -223,6 +231,7 @@ def running_notebook(url: str, token: str, name: str, *, height: int = 1000,
             page.goto(f"{url}/lab/tree/{name}?token={token}")
             page.locator(".jp-Notebook").first.wait_for(timeout=60_000)
             wait_for_kernel(page)
+            one_kernel(url, token, name)
             run_all(page)
             yield page
         except Exception:

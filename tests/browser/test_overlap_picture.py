@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab import ARTIFACTS, RUN_ALL_S, jupyterlab, running_notebook, start_kernel
+from lab import ARTIFACTS, RUN_ALL_S, jupyterlab, running_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "11_overlap.ipynb"
@@ -55,7 +55,6 @@ def lab(tmp_path):
     """A JupyterLab server on 127.0.0.1 serving the short notebook; yields (url, token)."""
     _short_notebook(tmp_path)
     with jupyterlab(tmp_path, "jupyterlab-overlap.log") as (url, token):
-        start_kernel(url, token, NAME)
         yield url, token
 
 
@@ -86,4 +85,3 @@ def test_overlap_picture_is_drawn_from_a_real_launch_and_follows_its_controls(no
         # the view's controls at the top of the page, its facts and picture below them
         controls.evaluate("view => view.scrollIntoView({block: 'start'})")
         page.screenshot(path=str(ARTIFACTS / "overlap-picture.png"))
-

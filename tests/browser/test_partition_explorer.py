@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab import ARTIFACTS, RUN_ALL_S, jupyterlab, running_notebook, start_kernel
+from lab import ARTIFACTS, RUN_ALL_S, jupyterlab, running_notebook
 
 from ddp_lesson import data
 
@@ -63,7 +63,6 @@ def _type(page, control: str, value: str) -> None:
 
 def test_explorer_follows_controls_in_jupyterlab(no_leftovers, lab):
     url, token = lab
-    start_kernel(url, token, "04_sampler.ipynb")
     with running_notebook(url, token, "04_sampler.ipynb") as page:
         # the last lesson cell launches real ranks to verify the explorer
         verified = page.locator(".ddp-verified")
@@ -93,4 +92,3 @@ def test_explorer_follows_controls_in_jupyterlab(no_leftovers, lab):
         message = page.locator(".ddp-sampler-explorer .ddp-message")
         message.get_by_text("world size must be >= 1").wait_for(timeout=30_000)
         _expect_partition(page, after)
-

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab import ARTIFACTS, jupyterlab, running_notebook, start_kernel
+from lab import ARTIFACTS, jupyterlab, running_notebook
 
 from ddp_lesson.views.quiz import Quiz
 
@@ -49,7 +49,6 @@ def test_a_quiz_keeps_its_answer_until_the_learner_answers(no_leftovers, lab):
     right, wrong = "ABCD"[quiz.answer], "ABCD"[min(quiz.hints)]
     explanation = _plain(quiz.explanation)[:60]
     url, token = lab
-    start_kernel(url, token, "quiz.ipynb")
     with running_notebook(url, token, "quiz.ipynb", failure="failure-quiz.png") as page:
         check = page.locator(".ddp-quiz-check")
         check.wait_for(timeout=120_000)
