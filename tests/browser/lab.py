@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("DDP_LESSON_ARTIFACTS", ROOT / "tests" / "artifacts"))
@@ -135,20 +136,28 @@ def kernels_of(url: str, token: str, notebook: str) -> list[str]:
     return [s["kernel"]["id"] for s in sessions if s["path"] == notebook]
 
 
-def one_kernel(url: str, token: str, notebook: str) -> None:
-    """Fail, naming them, unless the server runs exactly one kernel for ``notebook``.
+def one_kernel(url: str, token: str, notebook: str, seconds: float = 30) -> None:
+    """Wait until the server runs exactly one kernel for ``notebook``; fail naming them if not.
 
     The page starts its notebook's kernel itself. A second session for the
     same notebook (one started through the REST API, say) is a kernel the
     page does not show, and JupyterLab can swap one for the other under
-    running cells on a busy machine.
+    running cells on a busy machine. The wait is a margin for the page's
+    own session, which it may still be naming after the notebook.
     """
-    kernels = kernels_of(url, token, notebook)
-    if len(kernels) != 1:
+    kernels: list[str] = []
+
+    def single() -> bool:
+        kernels[:] = kernels_of(url, token, notebook)
+        return len(kernels) == 1
+
+    try:
+        wait_until(single, seconds, f"JupyterLab to run one kernel for {notebook}")
+    except AssertionError as error:
         raise AssertionError(
-            f"JupyterLab runs {len(kernels)} kernels for {notebook} ({kernels}); "
+            f"{error}: it runs {len(kernels)} ({kernels}); "
             "the page must be the only one to start its notebook's kernel"
-        )
+        ) from None
 
 
 def wait_for_kernel(page) -> None:
