@@ -20,14 +20,14 @@ from .devices import device_for
 
 
 def ddp_setup(rank, world_size, port):
-    # 1. where the main node listens (the lesson: "localhost", "12355")
+    # 1. where the main node listens (often "localhost", "12355")
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    # 4. this rank's device, chosen before the group so NCCL binds to it
+    # 2. this rank's device, chosen first: calls naming no device use it
     device = device_for(rank, world_size)  # cuda:rank, or the CPU
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    # 2 and 3. create the group and join it as `rank` of `world_size`
+    # 3. create the group and join it as `rank` of `world_size`
     backend = "nccl" if device.type == "cuda" else "gloo"
     init_process_group(backend, rank=rank, world_size=world_size,
                        timeout=timedelta(seconds=30))
@@ -37,9 +37,10 @@ def ddp_setup(rank, world_size, port):
 def join(rank: int, world_size: int, port: int) -> torch.device:
     """Join the group of ``world_size`` ranks meeting at 127.0.0.1:``port``; return the device.
 
-    The steps of the lesson's ``ddp_setup``: the main node's address and
+    The steps of 03's ``ddp_setup``: the main node's address and
     port; this rank's device (``cuda:rank`` when every rank has a GPU,
-    selected before the group exists, so NCCL binds the right one); then
+    selected before the group exists, since calls that name no device use
+    the current one); then
     ``init_process_group`` with NCCL on GPUs and gloo otherwise.
 
     Then a barrier, so that every rank has finished connecting before any

@@ -10,6 +10,7 @@ processes, connecting them, splitting the data, synchronising the model.
 """
 import argparse
 import os
+import signal
 import socket
 import sys
 import time
@@ -50,7 +51,7 @@ def ddp_setup(rank, world_size, port):
     os.environ["MASTER_PORT"] = str(port)
     if torch.cuda.device_count() >= world_size:
         device = torch.device("cuda", rank)
-        torch.cuda.set_device(device)  # before the group: NCCL binds to it
+        torch.cuda.set_device(device)  # first: calls naming no device use it
         backend = "nccl"
     else:  # no GPU for every process: CPU processes over gloo
         device, backend = torch.device("cpu"), "gloo"
@@ -110,10 +111,28 @@ def free_port():
         return s.getsockname()[1]
 
 
+def stop_ranks_on_signal(processes):
+    """SIGINT or SIGTERM sent to this process alone stops the ranks too."""
+    def stop(signum, frame):
+        for process in processes:
+            process.terminate()  # SIGTERM: a rank ends at once
+        sys.exit(f"{signal.Signals(signum).name}: stopped every rank")
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def at_least_1(text):
+    """An argparse type: a whole number, 1 or more."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of 1 or more, got {text!r}")
+    return int(text)
+
+
 def arguments():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--epochs", type=at_least_1, default=10)
+    parser.add_argument("--batch-size", type=at_least_1, default=32)
     return parser.parse_args()
 
 
@@ -126,5 +145,8 @@ if __name__ == "__main__":
     if world_size < 2:
         world_size = 2  # no GPU (or one): two CPU processes over gloo
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # as torchrun sets it
-    mp.spawn(main, args=(world_size, free_port(), args.epochs, args.batch_size),
-             nprocs=world_size)
+    ranks = mp.spawn(main, nprocs=world_size, join=False, args=(
+        world_size, free_port(), args.epochs, args.batch_size))
+    stop_ranks_on_signal(ranks.processes)
+    while not ranks.join():  # True once all ended; raises if one failed
+        pass

@@ -1,17 +1,26 @@
-"""Train a small network on scikit-learn's digits with DDP, on 1+ machines.
+"""Train a small network on scikit-learn's digits with DDP, on one machine or several.
 
-Runs on every rank of one or more machines, with NCCL when each process
-has a GPU of its own and gloo otherwise. Start it either way:
+Runs on every rank, with NCCL when each process has a GPU of its own and
+gloo on a machine without GPUs. Start it either way:
 
-    python ddp_train.py --epochs 10           # mp.spawn, one process per GPU
-    torchrun --nproc-per-node=2 ddp_train.py  # torchrun starts them
+    python ddp_train.py --epochs 10                        # mp.spawn
+    torchrun --standalone --nproc-per-node=2 ddp_train.py  # torchrun
+
+mp.spawn starts this machine's processes only; torchrun, started on every
+machine with --nnodes and a rendezvous instead of --standalone, runs it on
+several.
 
 Rank 0 logs and writes a checkpoint after every epoch; a run started again
-with the same --checkpoint goes on from the last complete epoch.
+with the same --checkpoint goes on from the last complete epoch. Rank 0
+alone reads the checkpoint and sends it to the others, so the machines of
+a cluster need no shared folder.
 """
 import argparse
 import os
+import signal
 import socket
+import sys
+import tempfile
 import time
 from datetime import timedelta
 
@@ -48,15 +57,48 @@ def network():
 def ddp_setup():
     """Select this process's device, then join the group; return it."""
     local_rank = int(os.environ["LOCAL_RANK"])  # its number on this machine
-    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before the group: NCCL binds to it
-        backend = "nccl"
-    else:  # no GPU for every process here: CPU processes over gloo
+    processes, gpus = os.environ["LOCAL_WORLD_SIZE"], torch.cuda.device_count()
+    if gpus == 0:  # a machine without GPUs: CPU processes over gloo
         device, backend = torch.device("cpu"), "gloo"
+    elif gpus < int(processes):  # never a silent fall back to the CPU
+        sys.exit(f"{processes} processes on this machine but {gpus} GPUs: "
+                 f"start at most {gpus} (--nproc-per-node, or --nprocs)")
+    else:
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # first: calls naming no device use it
+        backend = "nccl"
     # RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the environment
-    dist.init_process_group(backend, timeout=timedelta(minutes=5))
+    dist.init_process_group(backend, timeout=timedelta(minutes=5),
+                            device_id=device if backend == "nccl" else None)
     return device
+
+
+def read_checkpoint(checkpoint):
+    """What an earlier run saved in checkpoint, or None if there is no file.
+
+    A file that cannot be used ends the program with one line saying why.
+    """
+    if not os.path.exists(checkpoint):
+        return None
+    fix = "delete it or pass another --checkpoint"
+    try:  # weights_only: tensors and plain containers, never code
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except Exception as error:  # cut short, corrupted, not from torch.save
+        why = type(error).__name__  # and the first sentence of its message
+        if str(error).strip():
+            why += ": " + str(error).strip().split("\n")[0].split(". ")[0]
+        sys.exit(f"cannot resume from {checkpoint}: torch.load cannot read "
+                 f"it ({why}); {fix}")
+    keys = {"model", "optimizer", "epoch"}  # what train() saves
+    if not isinstance(state, dict) or state.keys() != keys:
+        sys.exit(f"cannot resume from {checkpoint}: it is not a checkpoint "
+                 f"of this script (model, optimizer, epoch); {fix}")
+    try:  # the same names and shapes as network()'s, or another model's
+        network().load_state_dict(state["model"])
+    except Exception:
+        sys.exit(f"cannot resume from {checkpoint}: its weights do not fit "
+                 f"this script's network(); {fix}")
+    return state
 
 
 def train(device, epochs, checkpoint, batch_size):
@@ -70,14 +112,20 @@ def train(device, epochs, checkpoint, batch_size):
     ids = [device.index] if device.type == "cuda" else None
     model = DDP(model, device_ids=ids)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    # Rank 0 alone reads the checkpoint and sends it to every rank: all of
+    # them start at the same epoch, even where they cannot see its file.
+    saved = [read_checkpoint(checkpoint) if rank == 0 else None]
+    dist.broadcast_object_list(saved, src=0)
     start = 0
-    if os.path.exists(checkpoint):  # go on after the last complete epoch
-        state = torch.load(checkpoint, map_location=device)
-        model.module.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start = state["epoch"] + 1
-        if rank == 0:
-            print(f"resumed from {checkpoint} at epoch {start}")
+    if saved[0] is not None:  # go on after the last complete epoch
+        model.module.load_state_dict(saved[0]["model"])
+        optimizer.load_state_dict(saved[0]["optimizer"])
+        start = saved[0]["epoch"] + 1
+        if rank == 0 and start < epochs:
+            print(f"resuming from {checkpoint} at epoch {start}")
+        elif rank == 0:  # evaluate() below still tests what it holds
+            print(f"{checkpoint} is at epoch {start} of {epochs}: "
+                  "nothing left to train")
 
     for epoch in range(start, epochs):
         sampler.set_epoch(epoch)  # a new shuffle, the same on every rank
@@ -123,6 +171,8 @@ def run(args):
 
 def spawned(rank, world_size, port, args):
     """Started by mp.spawn: set what torchrun would have set, then run."""
+    # All ranks are on this one machine, so the rank on this machine
+    # (LOCAL_RANK) is the rank itself; on several, torchrun sets both.
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world_size),
                       LOCAL_WORLD_SIZE=str(world_size),
@@ -136,18 +186,48 @@ def free_port(addr):
         return s.getsockname()[1]
 
 
+def stop_ranks_on_signal(processes):
+    """SIGINT or SIGTERM sent to this process alone stops the ranks too."""
+    def stop(signum, frame):
+        for process in processes:
+            process.terminate()  # SIGTERM: a rank ends at once
+        sys.exit(f"{signal.Signals(signum).name}: stopped every rank")
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def at_least_1(text):
+    """An argparse type: a whole number, 1 or more."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of 1 or more, got {text!r}")
+    return int(text)
+
+
 def arguments():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--epochs", type=at_least_1, default=10)
+    parser.add_argument("--batch-size", type=at_least_1, default=32)
     parser.add_argument("--checkpoint", default="checkpoint.pt")
-    parser.add_argument("--nprocs", type=int, default=None,
+    parser.add_argument("--nprocs", type=at_least_1, default=None,
                         help="mp.spawn only: default one per GPU, or 2 "
                              "CPU processes without GPUs")
     parser.add_argument("--addr", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=None,
                         help="mp.spawn only: default a free port")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if os.environ.get("RANK", "0") == "0":  # rank 0 (or python's parent)
+        # Only rank 0 writes and reads the checkpoint: check it before any
+        # process trains, not after the first epoch.
+        folder = os.path.dirname(os.path.abspath(args.checkpoint))
+        try:
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as error:
+            parser.error(f"--checkpoint {args.checkpoint}: cannot write in "
+                         f"{folder} ({error.strerror}): create it or pick "
+                         "another folder")
+        read_checkpoint(args.checkpoint)  # one that cannot be used ends here
+    return args
 
 
 if __name__ == "__main__":
@@ -155,9 +235,12 @@ if __name__ == "__main__":
     if "LOCAL_RANK" in os.environ:  # torchrun started this process
         run(args)
     else:  # python ddp_train.py: start one process per device here
-        world_size = args.nprocs or torch.cuda.device_count()
-        if world_size < 2 and not args.nprocs:
-            world_size = 2  # no GPU (or one): two CPU processes over gloo
+        # one per GPU; on a machine without GPUs, two CPU processes (gloo)
+        world_size = args.nprocs or torch.cuda.device_count() or 2
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # as torchrun sets it
         port = args.port or free_port(args.addr)
-        mp.spawn(spawned, args=(world_size, port, args), nprocs=world_size)
+        ranks = mp.spawn(spawned, args=(world_size, port, args),
+                         nprocs=world_size, join=False)
+        stop_ranks_on_signal(ranks.processes)
+        while not ranks.join():  # True once all ended; raises if one failed
+            pass

@@ -106,7 +106,7 @@ def test_torchrun_restarts_a_killed_rank_and_resumes_from_the_checkpoint(
     full = elastic.torchrun(*common, "--checkpoint", str(tmp_path / "full.pt"))
     assert [r["rank"] for r in full.reports] == [0, 1]
     assert full.commands == [
-        "torchrun --standalone --nproc-per-node=2 --local-addr=127.0.0.1 "
+        "torchrun --standalone --nproc-per-node=2 "
         f"workers/stage_09.py --epochs 2 --checkpoint {tmp_path / 'full.pt'}"
     ]
     restarted = elastic.torchrun(

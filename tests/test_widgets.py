@@ -356,7 +356,7 @@ def test_no_notebook_shows_a_quiz_answer_above_its_buttons():
 
 
 def test_an_unknown_quiz_names_what_there_is():
-    with pytest.raises(KeyError, match="where_rank_comes_from"):
+    with pytest.raises(KeyError, match="top_level_line"):
         widgets.Quiz.named("02_spawn", "no_such_quiz")
     with pytest.raises(FileNotFoundError, match="02_spawn"):
         widgets.Quiz.named("99_nothing", "x")

@@ -37,7 +37,8 @@ REPO_VARIABLE = "DDP_LESSON_REPO"
 CLONE = "ddp-lesson"
 
 SETUP_TEMPLATE = """\
-# Set-up for a fresh machine such as Colab: where the course's package is
+# Set-up for a fresh machine such as Colab (collapsed: nothing to read here).
+# Where the course's package is
 # missing, fetch the course and install it (tools/install_course.py). With
 # the course installed (make lab, Binder) this cell does nothing.
 # On Colab its own torch is kept: replacing it with the course's torch
@@ -105,7 +106,8 @@ def with_cells(notebook: dict, badge: str, setup: str) -> dict:
         "cell_type": "code",
         "execution_count": None,
         "id": SETUP_ID,
-        "metadata": {},
+        # collapsed in JupyterLab: plumbing, not DDP (its output stays in sight)
+        "metadata": {"jupyter": {"source_hidden": True}},
         "outputs": [],
         "source": lines(setup),
     }

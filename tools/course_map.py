@@ -43,25 +43,30 @@ LESSONS = {
                          True),
     "04_sampler": ("`DistributedSampler`: a shard per rank, `set_epoch`, padding", ["03"], True),
     "05_ddp_wrap": ("`model.to(device)`, `DDP(...)`; gradients synchronised", ["04"], True),
-    "06_full_script": ("the whole DDP script, run from the notebook and as a file", ["05"], True),
-    "07_mistakes": ("each common mistake run beside the right script; the doctor", ["06"], True),
-    "08_torchrun": ("one script under `mp.spawn` and `torchrun`; local rank; two nodes", ["07"],
-                    True),
-    "09_checkpoints": ("save on rank 0, barrier, resume; `torchrun` restarts", ["08"], True),
+    "06_full_script": ("the whole DDP script; a `torchrun` template and checklist to convert "
+                       "your own", ["05"], True),
+    "07_mistakes": ("each common mistake run beside the right script; the doctor", ["06"], False),
+    "08_torchrun": ("one script under `mp.spawn` and `torchrun`; local rank; two nodes", ["06"],
+                    False),
+    "09_checkpoints": ("save on rank 0, barrier, resume; `torchrun` restarts", ["06"], False),
     "10_performance": ("when DDP is faster: all-reduce cost, throughput, knobs", ["06"], False),
     "11_inside_ddp": ("DDP built by hand: broadcast, all-reduce, hooks, buckets", ["06"], False),
     "12_batches": ("the global batch and the learning rate, accumulation with `no_sync()`, "
-                   "per-rank seeds", ["09"], False),
+                   "per-rank seeds", ["06"], False),
     "13_evaluation": ("metrics with `all_reduce`, logging on rank 0, BatchNorm buffers, "
-                      "mixed precision", ["12"], False),
+                      "mixed precision", ["06"], False),
     "14_debugging": ("unused parameters, ports in use, stuck ranks, mismatched collectives, "
-                     "`@record`", ["08"], False),
+                     "`@record`", ["06"], False),
     "15_first_week": ("a project's first week: data prepared once, uneven inputs, loader "
-                      "workers, clipping, metrics that are not sums, `torch.compile`", ["13"],
+                      "workers, clipping, metrics that are not sums, `torch.compile`", ["06"],
                       False),
     "16_after_ddp": ("appendix: FSDP2 beside DDP, `DataParallel`, notebook launchers", ["06"],
                      False),
 }
+
+
+#: The core path, in order.
+CORE = [stem for stem, (_, _, core) in LESSONS.items() if core]
 
 
 def _cells(path: Path) -> list[dict]:
@@ -74,6 +79,8 @@ def minutes(path: Path) -> int:
     for cell in _cells(path):
         if cell.get("id") in (HEAD_ID, NEXT_ID, MAP_ID, "colab-badge", "course-setup"):
             continue
+        if cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"):
+            continue  # collapsed plumbing: a learner does not read it
         text = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
             words += len(text.split())
@@ -108,8 +115,9 @@ def table(root: Path = ROOT, links: str = "") -> str:
         )
     rows.append("")
     rows.append(
-        f"The core path (00-09) is about {total[True] / 60:.1f} hours and ends with a script "
-        f"you run with `torchrun`; the deep dives are optional, about {total[False] / 60:.1f} "
+        f"The core path ({CORE[0][:2]}-{CORE[-1][:2]}) is about {total[True]} minutes and ends "
+        f"with your own script under `torchrun`; the deep dives are optional, in any order, "
+        f"about {total[False] / 60:.1f} "
         f"hours more. Minutes are estimated from each notebook's length "
         f"({WORDS_PER_MIN} words of prose or {CODE_LINES_PER_MIN} lines of code a minute), "
         "exercises apart."
@@ -121,7 +129,7 @@ def head(path: Path) -> str:
     """The line under a lesson's title."""
     _, needed, core = LESSONS[path.stem]
     part = (
-        f"core path, lesson {list(LESSONS).index(path.stem) + 1} of 10" if core
+        f"core path, lesson {CORE.index(path.stem) + 1} of {len(CORE)}" if core
         else "deep dive, optional"
     )
     return f"*About {minutes(path)} minutes · {part} · needs: {_needs(path.stem)}.*"
@@ -135,10 +143,10 @@ def tail(path: Path, root: Path = ROOT) -> str:
     exercise = _exercise(path.stem, root)
     if exercise:
         parts.append(f"Exercises for this lesson: [{exercise}](../{exercise}).")
-    if path.stem == "09_checkpoints":
+    if path.stem == CORE[-1]:
         parts.append(
-            "That is the end of the core path: `scripts/ddp_train.py` is what it built. The "
-            "deep dives are optional, in any order: "
+            "That is the end of the core path: `scripts/ddp_template.py` is what it built, and "
+            "your own script is next. The deep dives are optional, in any order: "
             + ", ".join(f"[`{s}`]({s}.ipynb)" for s in stems[here + 1:]) + "."
         )
     elif here + 1 < len(stems):

@@ -158,7 +158,7 @@ def read(path: str | Path) -> Reading:
             f"{path.name} has no way to start: no main(rank, world_size, ...) function, no "
             "`if __name__ == \"__main__\":` block (one that calls mp.spawn, or one that "
             "torchrun can run) and no top-level init_process_group; define "
-            "main(rank, world_size, ...) as the lesson does, or add the __main__ block"
+            "main(rank, world_size, ...) as the course's workers do, or add the __main__ block"
         )
         return reading
     reading.asks_device_count = bool(

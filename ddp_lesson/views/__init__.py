@@ -7,7 +7,8 @@ Views (each in its own module, all built on :mod:`.base`):
 across ranks with and without DDP), :class:`OverlapTimeline` (gradients
 ready and all-reduces running on the ranks' own clocks), :class:`Quiz`,
 and :func:`progress`
-(a live bar per rank). :mod:`.plots` draws matplotlib pictures;
+(a live bar per rank) and :func:`reveal` (a result kept folded until a
+prediction is made). :mod:`.plots` draws matplotlib pictures;
 :mod:`.runs` is what the views' launches run in every rank.
 
 Each name is imported when it is first used (``views.SamplerExplorer``,
@@ -34,6 +35,7 @@ _HOME = {
     "partition_html": "sampler",
     "plots": None,  # a module
     "progress": "base",
+    "reveal": "base",
 }
 
 __all__ = [
@@ -47,11 +49,12 @@ __all__ = [
     "partition_html",
     "plots",
     "progress",
+    "reveal",
 ]
 
 if TYPE_CHECKING:  # what editors and type checkers see
     from . import plots
-    from .base import ProgressBars, parse_whole, progress
+    from .base import ProgressBars, parse_whole, progress, reveal
     from .inside import OverlapTimeline
     from .quiz import Quiz
     from .rank_assignment import RankAssignment

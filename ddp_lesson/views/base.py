@@ -125,6 +125,49 @@ def number_box(name: str, value: object, description: str) -> ipw.Text:
     return box
 
 
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """``n`` with its noun, singular for one.
+
+    >>> counted(1, "rank"), counted(3, "rank"), counted(1, "process", "processes")
+    ('1 rank', '3 ranks', '1 process')
+    """
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+class Revealed:
+    """Text a prediction asked about, folded away until the learner opens it.
+
+    Shown in a notebook as a closed ``<details>`` block (JupyterLab keeps it
+    closed after a run too); its plain-text form, what nbval and a terminal
+    see, is the text itself.
+
+    >>> Revealed("same: True")
+    same: True
+    """
+
+    def __init__(self, text: str, summary: str = "Show the result (after your prediction)") -> None:
+        self.text, self.summary = text, summary
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<details class="ddp-reveal"><summary>{html.escape(self.summary)}</summary>'
+            f'<pre style="margin:4px 0">{html.escape(self.text)}</pre></details>'
+        )
+
+
+def reveal(*lines: object) -> Revealed:
+    """The lines, one per line, to show only when the learner opens them (see :class:`Revealed`).
+
+    >>> reveal("identical:", True)
+    identical:
+    True
+    """
+    return Revealed("\n".join(str(line) for line in lines))
+
+
 def html_block(body: str, css_class: str) -> HTML:
     """An HTML output in the course's style."""
     return HTML(f'<div class="{css_class}" style="font-family:sans-serif">{body}</div>')
@@ -199,7 +242,7 @@ def progress(run: launch.Supervisor, unit: str = "epoch") -> ProgressBars:
     bars = ProgressBars()
     bars.follow(run, unit)
     bundle = bars.box._repr_mimebundle_()
-    bundle["text/plain"] = f"live progress of {run.world_size} ranks ({unit}s)"
+    bundle["text/plain"] = f"live progress of {counted(run.world_size, 'rank')} ({unit}s)"
     display(bundle, raw=True)
     return bars
 

@@ -22,7 +22,15 @@ from IPython.display import HTML
 from matplotlib.figure import Figure
 
 from .. import launch
-from .base import View, html_block, number_box, parse_world_size, planned_world_size, quoted
+from .base import (
+    View,
+    counted,
+    html_block,
+    number_box,
+    parse_world_size,
+    planned_world_size,
+    quoted,
+)
 from .plots import RANK_COLOURS
 
 #: How a launch of the worker exchanges gradients (its ``how`` argument).
@@ -323,7 +331,8 @@ class OverlapTimeline(View):
         orders = {tuple(ready_order(r["timeline"])) for r in self.reports}
         counts = {(f["all_reduces"], f["started_in_backward"]) for f in per_rank.values()}
         lines = [
-            f"Step {self.steps} of {len(self.reports)} ranks ({setting}), as each rank timed it."
+            f"Step {self.steps} of {counted(len(self.reports), 'rank')} ({setting}), as each "
+            "rank timed it."
         ]
         if len(orders) == 1:
             lines.append(

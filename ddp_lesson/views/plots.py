@@ -120,7 +120,7 @@ def gradient_picture(
         )
     fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharey=True)
     width = 0.8 / len(reports)
-    titles = ((before, "own batch only (no_sync)"), (after, "after DDP's all-reduce"))
+    titles = ((before, "own batch, before the all-reduce"), (after, "after DDP's all-reduce"))
     for ax, (key, title) in zip(axes, titles, strict=True):
         for n, report in enumerate(reports):
             values = report[key][-10:].numpy()
@@ -156,7 +156,7 @@ def sync_picture(report: Mapping) -> Figure:
     steps = np.arange(1, len(report["synced_gap"]) + 1)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3))
     lines = (
-        (axes[0], "own_gap", "DDP model, own batch only (no_sync)", "tab:orange", "s"),
+        (axes[0], "own_gap", "DDP model, own batch, before the all-reduce", "tab:orange", "s"),
         (axes[0], "synced_gap", "DDP model, after all-reduce", "tab:green", "o"),
         (axes[0], "plain_gap", "unwrapped model", "tab:red", "x"),
         (axes[1], "ddp_param_gap", "wrapped in DDP", "tab:green", "o"),

@@ -67,8 +67,8 @@ class Quiz(View):
             notebook: the lesson's file name without ``.ipynb`` (``"02_spawn"``).
             key: the quiz's table in that file.
 
-        >>> Quiz.named("02_spawn", "where_rank_comes_from").choices[1][:10]
-        '`mp.spawn`'
+        >>> Quiz.named("02_spawn", "top_level_line").choices[2][:7]
+        '5 times'
         """
         quizzes = quizzes_of(notebook)
         if key not in quizzes:

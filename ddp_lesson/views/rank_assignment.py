@@ -11,7 +11,7 @@ import ipywidgets as ipw
 from .. import devices
 from ..validate import rows_of_mappings
 from . import runs
-from .base import View, html_block, html_table, number_box, parse_world_size
+from .base import View, counted, html_block, html_table, number_box, parse_world_size
 
 
 class RankAssignment(View):
@@ -35,7 +35,7 @@ class RankAssignment(View):
         self.launch_button = self.button(
             "launch for real",
             "ddp-launch",
-            lambda: f"starting {self.world_size} processes ...",
+            lambda: f"starting {counted(self.world_size, 'process', 'processes')} ...",
             self._launch_and_show,
         )
         self.box = ipw.VBox(
@@ -108,6 +108,9 @@ class RankAssignment(View):
             for r, p in zip(self.reported, self.predicted(), strict=False)
         )
         if ranks == list(range(self.world_size)) and devices_ok:
+            if self.world_size == 1:
+                return "As predicted: rank 0 reported once, from its own process, on the " \
+                    "predicted device."
             return (
                 f"As predicted: ranks 0 to {self.world_size - 1} each reported once, "
                 "each from its own process, on the predicted device."
@@ -121,7 +124,7 @@ class RankAssignment(View):
             "rank",
             "device on this machine",
             "backend",
-            f"on a machine with {self.world_size} GPUs",
+            f"on a machine with {counted(self.world_size, 'GPU')}",
         ]
         if self.reported:
             header += ["reported device", "reported backend", "own process"]
@@ -139,8 +142,9 @@ class RankAssignment(View):
             rows.append([html.escape(v) for v in row])
         call = (
             f"<code>mp.spawn(main, args=(world_size, ...), nprocs={self.world_size})</code> "
-            f"starts {self.world_size} processes and calls <code>main(rank, world_size, ...)</code>"
-            f" in each, with rank = 0 ... {self.world_size - 1}:"
+            f"starts {counted(self.world_size, 'process', 'processes')} and calls "
+            f"<code>main(rank, world_size, ...)</code> in each, with "
+            + (f"rank = 0 ... {self.world_size - 1}:" if self.world_size > 1 else "rank = 0:")
         )
         verdict = f"<p><b>{self._verdict()}</b></p>" if self.reported else ""
         table = html_table(header, rows, "ddp-rank-row")

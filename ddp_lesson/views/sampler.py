@@ -13,6 +13,7 @@ from . import runs
 from .base import (
     View,
     colour,
+    counted,
     html_block,
     inline,
     number_box,
@@ -135,7 +136,7 @@ class SamplerExplorer(View):
         self.verify_button = self.button(
             "verify with a real launch",
             "ddp-verify",
-            lambda: f"launching {self.settings['world_size']} ranks ...",
+            lambda: f"launching {counted(self.settings['world_size'], 'rank')} ...",
             self._verify_and_show,
         )
         c = self.controls
@@ -214,7 +215,8 @@ class SamplerExplorer(View):
     def renderings(self) -> list:
         s = self.settings
         caption = (
-            f"epoch {s['epoch']}: {s['size']} items on {s['world_size']} ranks "
+            f"epoch {s['epoch']}: {counted(s['size'], 'item')} on "
+            f"{counted(s['world_size'], 'rank')} "
             f"(shuffle={s['shuffle']}, seed={s['seed']}, drop_last={s['drop_last']})"
         )
         body = partition_html(self.partition, s["size"], caption)
@@ -255,8 +257,9 @@ class SamplerExplorer(View):
         self.verified = not mismatches
         if self.verified:
             verdict = (
-                f"Verified by a real launch: {s['world_size']} ranks built DistributedSampler "
-                f"from their process group and iterated exactly the drawn indices in every "
+                f"Verified by a real launch: {counted(s['world_size'], 'rank')} built "
+                f"DistributedSampler "
+                f"from the process group and iterated exactly the drawn indices in every "
                 f"epoch from {epochs[0]} to {epochs[-1]}."
             )
         else:

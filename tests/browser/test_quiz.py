@@ -21,7 +21,7 @@ from lab import ARTIFACTS, jupyterlab, running_notebook
 from ddp_lesson.views.quiz import Quiz
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK, KEY = "02_spawn", "where_rank_comes_from"
+NOTEBOOK, KEY = "02_spawn", "top_level_line"
 
 
 def _plain(text: str) -> str:

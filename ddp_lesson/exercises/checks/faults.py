@@ -48,8 +48,8 @@ PLANTED = {
         "spawning",
         'world_size = int(os.environ.get("WORLD_SIZE", 1))',
         "python teammate.py sets no WORLD_SIZE, so world_size is 1 and mp.spawn starts one "
-        "process, which forms a group of one and trains on all the data; the lesson's "
-        "world_size = torch.cuda.device_count() starts one process per GPU",
+        "process, which forms a group of one and trains on all the data; "
+        "world_size = torch.cuda.device_count() would start one process per GPU",
         (
             "only one process trained, and the run still finished: which stage decides how "
             "many processes there are, before any group, data or model exists?",

@@ -204,7 +204,7 @@ def _wrong(
             NAME, GROUP, f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
             f"it selected {r['set_device'] or 'nothing'}",
             "ddp_setup, before init_process_group: a process on a GPU must select that GPU "
-            "before it joins the group (NCCL binds to the selected one)",
+            "before it joins the group (barrier() and other calls that name no device use it)",
             answer='torch.cuda.set_device(device) when device.type == "cuda", before '
             "init_process_group",
         )  # fmt: skip
