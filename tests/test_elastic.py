@@ -246,6 +246,7 @@ def test_the_slurm_script_starts_the_worker_with_arguments_it_accepts(workers):
         ("--nproc-per-node=gpu", "--nproc-per-node=2", "not one rank per GPU"),
         ("srun torchrun", "torchrun", "first node only"),
         ('--nnodes="$SLURM_NNODES"', "--nnodes=3", "not the allocation's --nodes"),
+        ("export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", "", "can wait for ever"),
     ],
 )
 def test_a_slurm_script_that_disagrees_with_the_worker_is_refused(workers, old, new, words):

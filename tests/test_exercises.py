@@ -607,6 +607,30 @@ def test_check_slurm_reads_options_written_with_a_space(tmp_path, old, new, word
     assert words in result.happened, str(result)
 
 
+@pytest.mark.parametrize(
+    ("fresh_store", "passes"),
+    [
+        ("", False),
+        ("# TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 would be needed\n", False),
+        ("export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n", True),
+        ("srun --export=ALL,TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 ", True),
+    ],
+)
+def test_check_slurm_wants_a_fresh_store_when_torchrun_may_restart(tmp_path, fresh_store, passes):
+    text = (ANSWERS / "slurm_right_spaced.slurm").read_text()
+    text = text.replace("--rdzv-id", "--max-restarts 2 --rdzv-id")
+    if fresh_store.startswith("srun"):
+        text = text.replace("srun ", fresh_store)
+    else:
+        text = text.replace("first=$(", fresh_store + "first=$(")
+    path = tmp_path / "job.slurm"
+    path.write_text(text)
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert bool(result) == passes, str(result)
+    if not passes:
+        assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in result.happened, str(result)
+
+
 def test_check_slurm_passes_a_batch_script_written_differently():
     path = ANSWERS / "slurm_right_spaced.slurm"
     result = checks.check_slurm(path, "workers/train.py", train_arguments)

@@ -62,6 +62,12 @@ LESSONS = {
                       False),
     "16_after_ddp": ("appendix: FSDP2 beside DDP, `DataParallel`, notebook launchers", ["06"],
                      False),
+    "17_comm_and_memory": ("bytes and memory: communication hooks (fp16, PowerSGD), activation "
+                           "checkpointing with `static_graph`, `ZeroRedundancyOptimizer`",
+                           ["06"], False),
+    "18_stopping_and_resizing": ("every rank stopping together, `torch.distributed.checkpoint` "
+                                 "at another world size, elastic `torchrun`", ["06", "09", "16"],
+                                 False),
 }
 
 

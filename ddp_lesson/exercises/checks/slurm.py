@@ -26,6 +26,25 @@ def _plain(word: str) -> str:
     return re.sub(r"\$\{(\w+)\}", r"$\1", word.strip("\"'"))
 
 
+#: torch 2.13's torchrun keeps one store for a job's rendezvous rounds; a
+#: restarted group then meets the old round's entries (09_checkpoints).
+FRESH_STORE = re.compile(r"\bTORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\b")
+
+
+def _restart_problems(text: str, max_restarts: object) -> list[str]:
+    """What a job that allows restarts is missing: a fresh store for every round."""
+    commands = "\n".join(
+        line for line in text.splitlines() if not line.lstrip().startswith("#")
+    )
+    if int(max_restarts or 0) == 0 or FRESH_STORE.search(commands):
+        return []
+    return [
+        f"--max-restarts={max_restarts} without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in the "
+        "job's environment: torch 2.13's torchrun reuses one store and a restarted group "
+        "can wait for ever (export it before srun)"
+    ]
+
+
 def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> Result:
     """Check that a SLURM batch script starts ``script`` the way its worker expects.
 
@@ -101,6 +120,7 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
         )
     if given.rdzv_backend != "c10d" or ":" not in given.rdzv_endpoint:
         problems.append("use --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT of one node")
+    problems += _restart_problems(text, given.max_restarts)
     if problems:
         return failed(
             NAME,
