@@ -12,8 +12,11 @@ rank forked from it may. In the server (which the launch starts with
 ``destroy_process_group``'s pause (:func:`.launch.ranks.pause_after_destroy`),
 so a forked process has it before it imports anything: a process of a
 script's ``mp.spawn`` imports the script again first
-(:func:`.launch.script_main.spawn_warm`). Imported anywhere else, it
-changes nothing of torch.
+(:func:`.launch.script_main.spawn_warm`). The server starts with SIGINT
+held back (a notebook's stop button signals the kernel's whole process
+group); once it has imported all this, it ignores SIGINT and tells the
+launch it is ready (:func:`.launch.warm_server.server_ready`). Imported
+anywhere else, it changes nothing of torch.
 
 Python's cyclic garbage collector is kept out of the way while the server
 imports: the imports create a great many long-lived objects, and the
@@ -41,10 +44,11 @@ from torch.utils.data import DataLoader  # noqa: E402,F401
 from torch.utils.data.distributed import DistributedSampler  # noqa: E402,F401
 
 from . import data, devices, models, reports  # noqa: E402,F401
-from .launch import processes, ranks  # noqa: E402,F401
+from .launch import processes, ranks, warm_server  # noqa: E402,F401
 
-if processes.SERVER_FOLDER_VARIABLE in os.environ:  # this process is the warm server
-    processes.remove_launchers_folder_at_exit()
+server = processes.SERVER_FOLDER_VARIABLE in os.environ  # this process is the warm server
+if server:
+    folder = processes.remove_launchers_folder_at_exit()
     ranks.pause_after_destroy()
 
 torch.zeros(1)  # the first tensor allocates torch's CPU allocator state once, here
@@ -57,3 +61,5 @@ data._digits_arrays()  # the digits file, which most ranks load, read once here
 gc.freeze()
 if collecting:
     gc.enable()
+if server:  # SIGINT held back until now; ignored from here on (see warm_server)
+    warm_server.server_ready(folder)

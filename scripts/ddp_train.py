@@ -212,7 +212,10 @@ def arguments():
     parser.add_argument("--nprocs", type=at_least_1, default=None,
                         help="mp.spawn only: default one per GPU, or 2 "
                              "CPU processes without GPUs")
-    parser.add_argument("--addr", default="127.0.0.1")
+    parser.add_argument("--addr", default="127.0.0.1",
+                        help="mp.spawn only: where the ranks meet; the store "
+                             "rank 0 hosts listens on every interface all "
+                             "the same (torch 2.13)")
     parser.add_argument("--port", type=int, default=None,
                         help="mp.spawn only: default a free port")
     args = parser.parse_args()

@@ -104,6 +104,7 @@ from .probe_group import (  # noqa: F401
     _destroy_process_group,
     _init_process_group,
     _learner_frames,
+    _loopback_store,
     _store,
     _wait_for_all,
 )
@@ -186,6 +187,7 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
         if hasattr(c10d, name):
             _original[name] = getattr(c10d, name)
             _set((c10d, dist), name, _collective(name))
+    _wrap(dist, "TCPStore", _loopback_store)
     _wrap(DataLoader, "__init__", _loader_init)
     _wrap(_dataloader._BaseDataLoaderIter, "_next_index", _next_index)
     _wrap(DistributedSampler, "__init__", _sampler_init)
@@ -202,12 +204,26 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
         rewire(vars(sys.modules["ddp_lesson.group"]))
 
 
+#: How torch's ``mp.spawn`` names the file a rank writes its traceback to
+#: (``torch/multiprocessing/spawn.py``: ``NamedTemporaryFile(prefix=...)``).
+SPAWN_ERROR_FILE_PREFIX = "pytorch-errorfile-"
+
+
 def own_folders(settings: Settings) -> list[str]:
-    """Paths a diagnosed process writes for real: the launch's folders, torchrun's error file."""
+    """Paths a diagnosed process writes for real: the launch's folders, torch's error files.
+
+    torch's own: the file ``mp.spawn`` makes in the temporary folder for
+    each rank to write its traceback to (``pytorch-errorfile-*.pickle``,
+    removed by the process that started the rank) and torchrun's error file.
+    The script never asked for them, so the doctor does not report them.
+    """
+    import tempfile
+
     from ..launch import FOLDER_PREFIX
 
     # the doctor's folder lies beside the launch's (both in the doctor's temporary folder)
     folders = [settings.folder, os.path.join(os.path.dirname(settings.folder), FOLDER_PREFIX)]
+    folders.append(os.path.join(tempfile.gettempdir(), SPAWN_ERROR_FILE_PREFIX))
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:
         folders.append(os.path.dirname(os.path.abspath(error_file)))

@@ -172,13 +172,31 @@ def read(path: str | Path) -> Reading:
     return reading
 
 
+def _every_interface(value: object) -> str | None:
+    """The address of every interface that ``value`` is, alone or as a ``tcp://`` URL's host.
+
+    >>> [_every_interface(v) for v in ("0.0.0.0", "tcp://0.0.0.0:", "tcp://[::]:29500")]
+    ['0.0.0.0', '0.0.0.0', '::']
+    >>> [_every_interface(v) for v in ("tcp://127.0.0.1:29500", "env://", 0)]
+    [None, None, None]
+    """
+    if not isinstance(value, str):
+        return None
+    host = value
+    if value.startswith("tcp://"):
+        host = value[len("tcp://") :].split("/", 1)[0]
+        host = host[1 : host.find("]")] if host.startswith("[") else host.split(":", 1)[0]
+    return host if host in ALL_INTERFACES else None
+
+
 def _read_warnings(reading: Reading, tree: ast.Module) -> None:
     """What is worth a warning though it is no stage's fault: listening on every interface."""
     seen: set[int] = set()
     for node in ast.walk(tree):
-        address = None
-        if isinstance(node, ast.Constant) and node.value in ALL_INTERFACES:
-            address = node.value
+        address, where = None, ""
+        if isinstance(node, ast.Constant) and _every_interface(node.value) is not None:
+            address = _every_interface(node.value)
+            where = " (an init_method's tcp:// host)" if address != node.value else ""
         elif isinstance(node, ast.Call) and _name(node) == "bind" and node.args:
             target = node.args[0]
             first = target.elts[0] if isinstance(target, ast.Tuple) and target.elts else None
@@ -187,7 +205,7 @@ def _read_warnings(reading: Reading, tree: ast.Module) -> None:
         if address is None or node.lineno in seen:
             continue
         seen.add(node.lineno)
-        said = f"{address!r}" + (" (an empty host)" if address == "" else "")
+        said = f"{address!r}" + (" (an empty host)" if address == "" else where)
         reading.warnings.append(
             Finding(
                 "",

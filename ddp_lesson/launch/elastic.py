@@ -222,7 +222,9 @@ class TorchrunRun:
     """What a :func:`torchrun` call did.
 
     Attributes:
-        commands: each invocation as you would type it (one per node).
+        commands: each invocation as you would type it (one per node); the
+            ``--local-addr=127.0.0.1`` the course adds so that nothing listens
+            beyond this machine is left out.
         reports: the ranks' reports, sorted by global rank.
         outputs: what each invocation printed (torchrun's log and the ranks'
             output), one string per node.
@@ -246,6 +248,16 @@ class TorchrunRun:
     def summary(self, columns: Sequence[str], *, digits: int = 4) -> str:
         """The ranks' reports as a table sorted by global rank."""
         return reports.table(self.reports, columns, digits=digits)
+
+    @property
+    def printed(self) -> str:
+        r"""What the script itself printed, every node's, without torchrun's log lines.
+
+        >>> TorchrunRun(["torchrun x.py"], outputs=["I1202 19:00:20.4 7 a.py:9] hi\nok"]).printed
+        'ok'
+        """
+        lines = (line for output in self.outputs for line in output.splitlines())
+        return "\n".join(ln for ln in lines if ln.strip() and not _LOG_PREFIX.match(ln))
 
     def log(self, *words: str) -> list[str]:
         """torchrun's log messages that contain any of ``words``, without their prefixes.
@@ -435,7 +447,9 @@ def torchrun(
                 handed = {RDZV_FD_ENV: str(fd), RDZV_PORT_ENV: str(port)}
             flags = _flags(nproc_per_node, nnodes, max_restarts, endpoint)
             tail = [str(script), *map(str, args)]
-            run.commands = [" ".join(["torchrun", *flags, *tail])] * nnodes
+            # what a learner would type: the course's own --local-addr is left out
+            typed = [f for f in flags if not f.startswith("--local-addr=")]
+            run.commands = [" ".join(["torchrun", *typed, *tail])] * nnodes
             env: dict[str, str | None] = {key: None for key in TORCHRUN_ENV}
             env["LOGLEVEL"] = "INFO"  # torchrun's log says when it restarts and why
             nodes = []

@@ -95,6 +95,10 @@ def show_short_errors() -> None:
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 
+#: Where a ``SyntaxError`` lies, as a traceback shows it below the frames (no function).
+_SYNTAX_AT = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)$')
+_SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
+
 #: Frames from these places are the machinery, not the learner's code.
 _MACHINERY = (
     "site-packages",
@@ -105,22 +109,55 @@ _MACHINERY = (
 )
 
 
+def is_machinery(file: str) -> bool:
+    """True for a file of torch, the standard library or the course (not the learner's code)."""
+    return any(s in file for s in _MACHINERY)
+
+
+def frame_text(file: str, line: int, func: str, code: str | None = None) -> str:
+    """A frame as the launch's messages name it: ``workers/w.py, line 3, in main: f()``.
+
+    Args:
+        file: the frame's file.
+        line: its line number.
+        func: its function's name (empty for the place of a syntax error).
+        code: the line's text; read from ``file`` when not given.
+    """
+    import linecache
+
+    if code is None:
+        code = linecache.getline(file, line).strip()
+    name = Path(file)
+    shown = f"{name.parent.name}/{name.name}" if name.parent.name else name.name
+    text = f"{shown}, line {line}" + (f", in {func}" if func else "")
+    return text + (f": {code}" if code else "")
+
+
 def worker_frame(trace: str) -> str:
     """The innermost traceback frame outside torch, the standard library and the course.
+
+    A ``SyntaxError`` is placed where it lies, in the file Python could not
+    compile (a helper the worker imports), not at the line that imported it.
 
     >>> trace = 'Traceback...\\n  File "/x/workers/w.py", line 3, in main\\n    f()\\nE: boom'
     >>> worker_frame(trace)
     'workers/w.py, line 3, in main: f()'
+    >>> worker_frame(trace.replace('E: boom', '  File "/x/h.py", line 2\\n    f(\\nSyntaxError: x'))
+    'x/h.py, line 2: f('
     """
     lines = trace.splitlines()
     found = ""
+    syntax_error = last_error_line(trace).startswith(_SYNTAX_ERRORS)
     for i, text in enumerate(lines):
         match = _FRAME.match(text)
-        if match and not any(s in match["file"] for s in _MACHINERY):
-            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            name = Path(match["file"])
-            shown = f"{name.parent.name}/{name.name}" if name.parent.name else name.name
-            found = f"{shown}, line {match['line']}, in {match['func']}: {code}"
+        code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if match and not is_machinery(match["file"]):
+            found = frame_text(match["file"], int(match["line"]), match["func"], code) + (
+                "" if code else ": "
+            )
+        syntax = _SYNTAX_AT.match(text)
+        if syntax and syntax_error:
+            found = frame_text(syntax["file"], int(syntax["line"]), "", code)
     return found
 
 
@@ -170,26 +207,47 @@ def _hint(error: str, names: tuple[str, ...] = ()) -> str:
         return (
             "Each new process imports the file that called mp.spawn, and that file called "
             "mp.spawn again. Put the code that starts the processes under "
-            '`if __name__ == "__main__":`, as the lesson\'s script does.'
+            '`if __name__ == "__main__":`, as scripts/ddp_spawn.py does.'
         )
     return ""
 
 
-def early_exits(ended: dict[int, int], reported: set[int]) -> list[str]:
+def early_exits(
+    ended: dict[int, int], reported: set[int], left: dict[int, str] | None = None
+) -> list[str]:
     """Phrases for ranks that ended cleanly (code 0) without sending a report.
 
     Args:
         ended: exit code per rank, for the ranks that have ended.
         reported: the ranks whose report arrived.
+        left: where each rank's function ended, where Python knows it
+            (:func:`.stacks.exits`).
 
     >>> early_exits({0: 1, 1: 0}, reported=set())
     ['rank 1 exited with code 0 before it reported']
+    >>> early_exits({1: 0}, set(), {1: "it called sys.exit(0) at w.py, line 4, in main"})[0]
+    'rank 1 exited with code 0 before it reported (it called sys.exit(0) at w.py, line 4, in main)'
+
     """
+    left = left or {}
     return [
         f"rank {rank} exited with code 0 before it reported"
+        + (f" ({left[rank]})" if rank in left else "")
         for rank, code in sorted(ended.items())
         if code == 0 and rank not in reported
     ]
+
+
+def still_running(stacks: dict[int, str], leaving_out: int | None = None) -> str:
+    """A sentence naming where each rank still running was when it was stopped ('' for none).
+
+    >>> print(still_running({0: "w.py, line 7, in f", 1: "w.py, line 9, in g"}))
+    When they were stopped, rank 0 was at w.py, line 7, in f; rank 1 was at w.py, line 9, in g
+    """
+    named = [f"rank {r} was at {at}" for r, at in sorted(stacks.items()) if r != leaving_out]
+    if not named:
+        return ""
+    return f"When {'they were' if len(named) > 1 else 'it was'} stopped, {'; '.join(named)}"
 
 
 #: What a rank's error says when a partner vanished in the middle of a collective.
@@ -305,6 +363,15 @@ def exited(index: int, exit_code: int, signal_name: str | None, output: str) -> 
     )
 
 
+def interrupted(stopped: int) -> str:
+    """The message for a launch interrupted by the learner (the stop button).
+
+    >>> interrupted(2)
+    'launch interrupted: its 2 process(es) were stopped'
+    """
+    return f"launch interrupted: its {stopped} process(es) were stopped"
+
+
 def not_found(index: int, target, error: BaseException) -> str:
     """The message for a rank that could not import the function it was asked to run.
 
@@ -340,7 +407,7 @@ def unguarded_start(path: str, line: int) -> str:
         "imports that file again, reaches the same line and would start processes of its "
         "own; Python stops it with: An attempt has been made to start a new process before "
         "the current process has finished its bootstrapping phase. Put the code that starts "
-        'the processes under `if __name__ == "__main__":`, as the lesson\'s script does.'
+        'the processes under `if __name__ == "__main__":`, as scripts/ddp_spawn.py does.'
     )
 
 
@@ -359,8 +426,18 @@ def timeout(
     world_size: int | None,
     reported: list[int],
     early: list[str],
+    stacks: dict[int, str] | None = None,
 ) -> str:
-    """The message for a launch stopped at its deadline."""
+    """The message for a launch stopped at its deadline.
+
+    Args:
+        timeout_s: the deadline.
+        started: processes the launch started.
+        world_size: ranks it was to start (``None`` for whole programs).
+        reported: ranks whose report arrived.
+        early: ranks that ended before reporting (see :func:`early_exits`).
+        stacks: where each rank still running was (see :func:`.stacks.take`).
+    """
     if world_size is None:
         return (
             f"it did not finish within {timeout_s:g} s, so it was stopped with the "
@@ -371,18 +448,27 @@ def timeout(
         f"{started} process(es) were stopped. world_size was {world_size}; "
         f"ranks that reported back: {reported or 'none'}. "
     )
+    where = still_running(stacks or {})
+    return message + _what_hung(started, world_size, early) + (
+        f"\n{where}" if where else ""
+    )
+
+
+def _what_hung(started: int, world_size: int, early: list[str]) -> str:
+    """The likely reason a launch of ``world_size`` ranks ran past its deadline."""
     if early:
-        return message + (
-            f"{'; '.join(early).capitalize()}, and the others waited for it: every rank must "
+        said = "; ".join(early)
+        return (
+            f"{said[:1].upper() + said[1:]}, and the others waited for it: every rank must "
             "run to the end of its function (no early return, sys.exit or os._exit)."
         )
     if 0 < started < world_size:
-        return message + (
+        return (
             f"Only {started} process(es) were started for a world of "
             f"{world_size}, so the group waited for ranks that never came: pass "
             "nprocs=world_size to mp.spawn."
         )
-    return message + (
+    return (
         "Ranks hang when one of them waits in a collective (init_process_group, "
         "all_reduce, a DDP backward) that another rank never reaches, or when the ranks "
         "were not told where to meet (MASTER_PORT must be run.port). Check that every "

@@ -14,7 +14,7 @@ class Failures:
 
     def _early_exits(self) -> list[str]:
         """Ranks that ended cleanly (code 0) without their report, in words."""
-        return errors.early_exits(self._ended, {r["rank"] for r in self.reports})
+        return errors.early_exits(self._ended, {r["rank"] for r in self.reports}, self._left)
 
     def _raise(self, exc_type, exc) -> None:
         from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
@@ -22,12 +22,14 @@ class Failures:
         ranks = sorted(r["rank"] for r in self.reports)
         early = self._early_exits()
         if self.timed_out:
-            message = errors.timeout(self.timeout_s, self.started, self.world_size, ranks, early)
+            message = errors.timeout(
+                self.timeout_s, self.started, self.world_size, ranks, early, self._stacks
+            )
             raise errors.LaunchTimeout(message, output=self.output) from None
         if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
-            raise errors.LaunchInterrupted(
-                f"launch interrupted: its {self.started} process(es) were stopped"
-            ) from None
+            # (a rank started when the interrupt came is stopped, but was never counted)
+            count = max(self.started, self.stopped)
+            raise errors.LaunchInterrupted(errors.interrupted(count)) from None
         if isinstance(exc, ProcessRaisedException):
             trace = str(exc).split("terminated with the following error:", 1)[-1].strip()
             cause = errors.first_cause(
@@ -39,13 +41,16 @@ class Failures:
             elif cause:  # another rank was killed: it raised nothing
                 name = errors.signal_name(cause[1])
                 message = errors.exited(cause[0], cause[1], name, self.output)
+                message = _with(message, errors.still_running(self._stacks, cause[0]))
                 raise errors.LaunchError(message, cause[0], output=self.output) from None
             message = errors.raised(index, trace, early, tuple(self._names))
+            message = _with(message, errors.still_running(self._stacks, index))
             raise errors.LaunchError(message, index, trace, self.output) from None
         if isinstance(exc, ProcessExitedException) and self._stopped_early and early:
             raise errors.LaunchError(errors.left_early(early), output=self.output) from None
         if isinstance(exc, ProcessExitedException):
             message = errors.exited(exc.error_index, exc.exit_code, exc.signal_name, self.output)
+            message = _with(message, errors.still_running(self._stacks, exc.error_index))
             raise errors.LaunchError(message, exc.error_index, output=self.output) from None
         if exc is not None:
             return
@@ -62,3 +67,8 @@ class Failures:
             if missing:
                 said = early or [f"rank {r} ended without sending its report" for r in missing]
                 raise errors.LaunchError(errors.left_early(said), output=self.output)
+
+
+def _with(message: str, more: str) -> str:
+    """``message`` with the sentence ``more`` on a line of its own after it, if there is one."""
+    return f"{message}\n{more}" if more else message

@@ -39,7 +39,7 @@ _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 SERVER_FOLDER_VARIABLE = "DDP_LESSON_SERVER_FOLDER"
 
 
-def remove_launchers_folder_at_exit() -> None:
+def remove_launchers_folder_at_exit() -> str | None:
     """In the warm server: remove the launching process's ``pymp-*`` folder when the server ends.
 
     multiprocessing puts the server's socket in a folder of the launching
@@ -47,11 +47,12 @@ def remove_launchers_folder_at_exit() -> None:
     cleanly, which a kernel shut down by Jupyter does not. The server ends
     when the launching process is gone, however it went, so it removes the
     folder then. The variable is taken out of the environment here, so the
-    ranks forked from the server never see it.
+    ranks forked from the server never see it. Returns the folder (``None``
+    where there is none to remove).
     """
     folder = os.environ.pop(SERVER_FOLDER_VARIABLE, None)
     if not folder or not os.path.basename(folder).startswith("pymp-"):
-        return
+        return None
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     server = os.getpid()
     leaving = []
@@ -70,6 +71,7 @@ def remove_launchers_folder_at_exit() -> None:
         os.kill(os.getpid(), signum)
 
     signal.signal(signal.SIGTERM, ended)
+    return folder
 
 
 def alive(pid: int) -> bool:

@@ -19,8 +19,10 @@ It starts each rank at :func:`entry`, handing it a :class:`RankStart`, and
   ``import torch`` and a ``DDP(...)`` they would walk every object torch
   made; nothing a rank leaves behind needs a cycle collected).
 
-Then :func:`entry` imports the function by module and name, as
-``mp.spawn`` would, and calls it with the rank.
+Then :func:`entry` has the rank write its Python stack when the launch
+asks (before it stops a rank still running) and imports the function by
+module and name, as ``mp.spawn`` would, and calls it with the rank, noting
+where it left if it called ``sys.exit`` or returned (:mod:`.stacks`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class RankStart:
             when the rank inherited its output from the launching process.
         cwd: the launching process's working folder.
         sys_path: the launching process's import path.
+        stacks: where the rank writes its stack when asked, and where its
+            function ended (:mod:`.stacks`); empty for neither.
     """
 
     folder: str
@@ -63,6 +67,7 @@ class RankStart:
     output: str = ""
     cwd: str = ""
     sys_path: tuple[str, ...] = ()
+    stacks: str = ""
 
 
 @dataclass(frozen=True)
@@ -101,9 +106,10 @@ class WorkerNotFound(RuntimeError):
 
 def entry(index: int, start: RankStart, target: Target | Callable, *args: object) -> None:
     """What every rank of a launch runs: :func:`enter`, then ``target(index, *args)``."""
-    from . import errors
+    from . import errors, stacks
 
     enter(start)
+    stacks.dump_on_signal(start.stacks, index)
     if isinstance(target, Target):
         try:
             with _no_spawning(target):
@@ -113,7 +119,7 @@ def entry(index: int, start: RankStart, target: Target | Callable, *args: object
         except Exception as error:  # whatever importing the learner's file raised
             raise WorkerNotFound(errors.not_found(index, target, error)) from error
     try:
-        target(index, *args)
+        stacks.run_noting_exit(start.stacks, index, target, args)
     except BaseException:
         # With its launcher gone (a killed kernel), nobody will read or
         # remove the error file torch writes for a rank that raised: leave
@@ -136,7 +142,7 @@ def _no_spawning(target: Target):
             f"importing the worker module {target.module} called mp.spawn: its top level "
             "starts processes, so every rank that imports it would start ranks of its "
             'own. Put the lines that start the processes under `if __name__ == "__main__":`, '
-            "as the lesson's script does."
+            "as scripts/ddp_spawn.py does."
         )
 
     with torch_hooks.handed(torch_hooks.START_PROCESSES, refused):

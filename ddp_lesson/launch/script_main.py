@@ -81,11 +81,13 @@ def _from_warm_server(start_processes: Callable) -> Callable:
 def as_spawned(env: dict[str, str], fn: Callable, *args: object) -> None:
     """In a process forked from the warm server: ``fn(*args)``, as a spawned process runs it.
 
-    A spawned process inherits its parent's environment when it starts and
-    ends at once on SIGTERM; one forked from the server has the server's
-    environment and its handler, so both are set here first.
+    A spawned process inherits its parent's environment when it starts,
+    ends at once on SIGTERM and raises KeyboardInterrupt on SIGINT (as
+    torch's SIGINT at its parent's death expects); one forked from the
+    server has the server's environment and its handlers (SIGINT ignored:
+    see :func:`.warm_server.server_ready`), so all are set here first.
     """
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _signals_as_fresh()
     os.environ.clear()
     os.environ.update(env)
     _threads_from_environment()
@@ -110,10 +112,21 @@ def as_python_u() -> None:
     ends it at once, output is unbuffered, and torch uses the threads
     ``OMP_NUM_THREADS`` asks for (torchrun sets 1).
     """
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # (the server's handler runs only in Python)
+    _signals_as_fresh()
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(write_through=True)
     _threads_from_environment()
+
+
+def _signals_as_fresh() -> None:
+    """SIGTERM and SIGINT as a fresh interpreter has them, not as the warm server does.
+
+    The server's SIGTERM handler runs only in Python (a process waiting in
+    C++ would not end), and the server ignores SIGINT, which a process of a
+    script must not: Ctrl-C, and torch's SIGINT when its parent dies, stop it.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _threads_from_environment() -> None:

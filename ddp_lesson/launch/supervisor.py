@@ -40,14 +40,14 @@ import psutil
 
 from .. import devices, reports
 from ..validate import seconds, whole_number
-from . import capture, errors, processes, torch_hooks
+from . import capture, errors, processes, stacks, torch_hooks
 from .failures import Failures
 from .folders import FOLDER_PREFIX, remove_stale_folders
 from .main_file import interactive_main, unguarded_line
 from .ports import listening_socket
 from .programs import Command, Programs
 from .ranks import RankStart, Target, entry
-from .warm_server import start_warm_server, warm_server_fits
+from .warm_server import start_warm_server, wait_until_ready, warm_server_fits
 from .watching import AGENT_STORE_ENV, LAUNCH_TAG_ENV, Watcher, _active, _key
 
 #: torch's switch for a store barrier at the end of ``init_process_group``.
@@ -83,6 +83,8 @@ class Supervisor(Watcher, Programs, Failures):
             program and every process seen running below it.
         output: what the ranks printed (filled when it ends).
         timed_out: the deadline stopped the launch.
+        stopped: how many processes were still running when the block ended,
+            and were stopped then.
         env: the variables every process of the launch finds set (its tag,
             torch threads, the launch's store, a barrier at the end of
             ``init_process_group``); this process's own environment is left
@@ -111,12 +113,15 @@ class Supervisor(Watcher, Programs, Failures):
         self.started = 0
         self.output = ""
         self.timed_out = False
+        self.stopped = 0
         self.commands: list[Command] = []
         self._seen: dict[tuple[int, float], psutil.Process] = {}
         self._before: set[tuple[int, float]] = set()
         self._rank_pids: dict[int, int] = {}
         self._ended: dict[int, int] = {}
         self._raised_by: dict[int, str] = {}  # the traceback of each rank that raised
+        self._stacks: dict[int, str] = {}  # where each rank stopped while running was
+        self._left: dict[int, str] = {}  # where each rank whose function ended left it
         self._stopped_early = False
         self._contexts: list = []
         self._spawn_calls = 0
@@ -133,9 +138,11 @@ class Supervisor(Watcher, Programs, Failures):
         self.folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
         try:
             self._open()
-        except BaseException:
+        except BaseException as error:
             self._done.set()
             self._close()
+            if isinstance(error, KeyboardInterrupt):
+                raise errors.LaunchInterrupted(errors.interrupted(0)) from None
             raise
         _active.append(self)
         return self
@@ -148,6 +155,8 @@ class Supervisor(Watcher, Programs, Failures):
         self.channel.folder.mkdir()
         self.scratch = self.folder / "tmp"  # the ranks' temporary files go here, and go with it
         self.scratch.mkdir()
+        self.stacks_folder = self.folder / "stacks"  # the ranks' stacks, and where they left
+        self.stacks_folder.mkdir()
         self.port, fd = listening_socket()
         # The store takes over the listening socket and closes it when deleted.
         self._store = dist.TCPStore(
@@ -254,6 +263,7 @@ class Supervisor(Watcher, Programs, Failures):
             output=self._tap.path if use_warm else "",
             cwd=os.getcwd(),
             sys_path=tuple(sys.path),
+            stacks=str(self.stacks_folder),
         )
         if use_warm:
             self._ensure_server()
@@ -273,12 +283,30 @@ class Supervisor(Watcher, Programs, Failures):
         return None
 
     def join(self, context) -> None:
-        """Wait for the ranks of ``context`` as ``mp.spawn`` does (an error in one stops all)."""
+        """Wait for the ranks of ``context`` as ``mp.spawn`` does (an error in one stops all).
+
+        When a rank fails, the others still running are asked where they are
+        before torch stops them (see :meth:`take_stacks`).
+        """
+        from multiprocessing.connection import wait
+
         try:
-            while not context.join():
-                pass
+            while True:
+                running = [p.sentinel for p in context.processes if p.exitcode is None]
+                if running:
+                    wait(running)
+                if any(p.exitcode for p in context.processes):  # one failed: torch stops the rest
+                    self.take_stacks()
+                if context.join():
+                    return
         finally:
             self._settle(context)
+
+    def take_stacks(self) -> None:
+        """Note where each rank still running is, before it is stopped (:func:`.stacks.take`)."""
+        with self._lock:
+            ranks = dict(self._rank_pids)
+        self._stacks.update(stacks.take(ranks, self.stacks_folder, self._stacks))
 
     def _settle(self, context) -> None:
         """Note how each rank ended and what it raised; remove the error files torch leaves."""
@@ -296,6 +324,10 @@ class Supervisor(Watcher, Programs, Failures):
         with self._tap.paused():  # the server outlives this launch: not on its pipe
             with _environment(self.env):  # (it starts as the launch's processes do)
                 start_warm_server()
+        # Ask for ranks only once the server can fork them: an interrupt while it
+        # imports then leaves no request in its socket to start a rank after the launch.
+        if not wait_until_ready(give_up=lambda: self.timed_out):
+            raise errors.LaunchError("the deadline passed while the warm server started")
 
     def _route(self) -> None:
         """Hand ``mp.spawn`` and ``mp.start_processes`` inside the block to this launch."""
@@ -317,13 +349,14 @@ class Supervisor(Watcher, Programs, Failures):
         self._last_progress = self.channel.progress()  # for a view that polls after the end
         self._done.set()
         self._watcher.join()
-        self._stop()  # whatever is left: the ranks' own children included
+        self.stopped = self._stop()  # whatever is left: the ranks' own children included
         # Orphans adopted during the launch (a script's resource tracker) that had
         # already ended before the stop are this process's zombies: collect them.
         started_here = set(self._rank_pids.values()) | {c.process.pid for c in self.commands}
         processes.reap(p for p in self._seen.values() if p.pid not in started_here)
         for context in self._contexts:
             self._settle(context)
+        self._left = stacks.exits(self.stacks_folder)
         with self._lock:
             # The ranks, known by pid, not what runs below them (a worker's own
             # subprocess is not a rank). Below a whole program every process counts:

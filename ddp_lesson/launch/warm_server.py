@@ -10,12 +10,25 @@ as fresh interpreters instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import processes
 from .folders import SERVER_MARK
+
+#: What the server leaves in its folder, with its pid, once it has imported what it preloads.
+READY_MARK = "ddp-lesson-ready-"
+
+#: Seconds between two looks for the server's ready mark.
+READY_POLL_S = 0.05
+
+#: The folder of each server this process started, by the server's pid.
+_started: dict[int, Path] = {}
 
 #: Longest path a Unix socket may have, in bytes (sun_path: 108 on Linux, 104 on macOS,
 #: the last one for the terminating zero).
@@ -59,10 +72,84 @@ def start_warm_server() -> None:
     folder.mkdir(mode=0o700, exist_ok=True)  # (gone if the server was stopped by hand)
     (folder / f"{SERVER_MARK}{os.getpid()}").touch()  # for when this process is killed
     os.environ[processes.SERVER_FOLDER_VARIABLE] = str(folder)
+    before = getattr(forkserver._forkserver, "_forkserver_pid", None)
     try:
-        forkserver.ensure_running()
+        with _interrupts_held():
+            forkserver.ensure_running()
     finally:
         del os.environ[processes.SERVER_FOLDER_VARIABLE]
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if server is not None and server != before:
+        _started[server] = folder
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """While the server is being started, hold back SIGINT in this thread, and so in the server.
+
+    A notebook's interrupt (the stop button) is a SIGINT to the kernel's
+    whole process group, the server and its ranks included: in the middle
+    of its imports the server would die with their traceback, and a launch
+    that asked it for a rank meanwhile would read "unexpected EOF" from its
+    socket. A signal blocked here stays blocked in the process started now
+    (a blocked signal is inherited through fork and exec), until the server
+    ignores SIGINT for good (:func:`server_ready`). multiprocessing starts
+    its resource tracker the same way. A SIGINT meant for this process is
+    not lost: its other threads take it, and Python raises it here after.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def server_ready(folder: str | None) -> None:
+    """In the warm server, once it has imported what it preloads: ignore SIGINT, say it is ready.
+
+    SIGINT was held back since the server started (see :func:`_interrupts_held`);
+    ignored from now on. The ranks forked from the server inherit that: a
+    launch's ranks keep it (the launch stops them, and they watch the
+    launching process), a script's and torchrun's take Python's handler back
+    (:func:`.script_main.as_spawned`). The mark in ``folder`` (the launching process's
+    ``pymp-*`` folder) tells the launch it can ask for ranks (:func:`wait_until_ready`).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (drops one that waits)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if folder:
+        with contextlib.suppress(OSError):
+            (Path(folder) / f"{READY_MARK}{os.getpid()}").touch()
+
+
+def wait_until_ready(give_up: Callable[[], bool]) -> bool:
+    """Wait until the warm server this process started has imported what it preloads.
+
+    A request for a rank sent before then waits in the server's socket; a
+    launch interrupted meanwhile would leave it there, and the server would
+    start that rank after the launch ended. Waiting here instead, an
+    interrupt leaves nothing behind. Returns ``False`` when ``give_up()``
+    says so (the launch's deadline) before the server is ready; ``True``
+    once it is, or when there is nothing to wait for (a server this process
+    did not start, or one that ended: multiprocessing starts another).
+    """
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    folder = _started.get(server) if server is not None else None
+    if folder is None:
+        return True
+    mark = folder / f"{READY_MARK}{server}"
+    while not mark.exists():
+        if not processes.alive(server):
+            return True
+        if give_up():
+            return False
+        time.sleep(READY_POLL_S)
+    return True
 
 
 def warm_up() -> bool:

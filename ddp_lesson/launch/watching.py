@@ -78,6 +78,7 @@ class Watcher:
                     self._seen.setdefault(_key(proc), proc)
             if time.monotonic() >= deadline:
                 self.timed_out = True
+                self.take_stacks()  # where each rank was, before it is stopped
                 self._stop()
                 return
             if self.expect_reports and self._left_early():

@@ -208,6 +208,17 @@ def test_worker_file_with_a_syntax_error(worker_module):
     assert "SyntaxError" in message and "re-run its %%writefile cell" in message
 
 
+def test_a_syntax_error_in_a_helper_imported_inside_main_names_the_helper(worker_module):
+    path, module = worker_module
+    (path.parent / "learner_helper.py").write_text("def helper(x):\n    return (x +\n")
+    path.write_text("def main(rank, world_size, port):\n    import learner_helper\n")
+    sys.modules.pop("learner_helper", None)
+    with bounded_by(0):
+        message = launch_expecting(launch.LaunchError, module.main, world_size=1)
+    assert "SyntaxError: '(' was never closed" in message
+    assert f"at {path.parent.name}/learner_helper.py, line 2: return (x +" in message, message
+
+
 def test_worker_file_that_fails_at_import(worker_module):
     path, module = worker_module
     path.write_text("raise RuntimeError('the data folder is missing')\n")
@@ -252,6 +263,7 @@ def test_script_that_spawns_outside_its_main_guard(tmp_path):
 @both_starters
 def test_interrupted_launch_leaves_no_orphan(start):
     # A kernel always handles SIGINT; a test started in the background may ignore it.
+    healthy_launch_s()  # (measured now: the SIGINT must come during the launch under test)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
