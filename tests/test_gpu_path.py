@@ -50,6 +50,8 @@ ARGUMENTS = {
     "stage_09": lambda tmp: (1, str(tmp / "checkpoint.pt")),
     "debug_job": lambda tmp: (_stop_file(tmp),),
     "real_batch": lambda tmp: ([(64, 0.1)], 1),  # one setting, one epoch
+    "comm_hooks": lambda tmp: (["allreduce", "powerSGD"], 1),  # 17: two hooks, one epoch
+    "stop_together": lambda tmp: (True,),  # 18: the flag shared with all_reduce
 }
 VARIANT = re.compile(r'"workers/\w+\.py",\s*"workers/(\w+)\.py"')
 

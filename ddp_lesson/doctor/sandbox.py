@@ -79,8 +79,16 @@ def _absolute(path, dir_fd: int | None = None) -> str | None:
     return os.path.normpath(text)
 
 
+#: Names of files torch writes for itself wherever its temporary folder is
+#: (``mp.spawn``'s error file per rank, made and removed by the process that
+#: starts the ranks): never the script's writes, whichever folder they are in.
+TORCH_OWN_NAMES = ("pytorch-errorfile-",)
+
+
 def _passes(path: str) -> bool:
-    """Whether ``path`` is used as it is (the doctor's own, or the system's)."""
+    """Whether ``path`` is used as it is (the doctor's own, torch's own, or the system's)."""
+    if os.path.basename(path).startswith(TORCH_OWN_NAMES):
+        return True
     for prefix in _layer["pass"]:
         if path == prefix or path.startswith(prefix if prefix.endswith("-") else prefix + "/"):
             return True
