@@ -82,7 +82,7 @@ class Plan:
         if self.device_type == "cuda":
             what = f"{self.world_size} processes, one per GPU (cuda:0..cuda:{self.world_size - 1})"
         else:
-            what = f"{self.world_size} CPU processes"
+            what = f"{self.world_size} CPU process" + ("es" if self.world_size != 1 else "")
         lines = [
             f"CUDA GPUs reported by torch.cuda.device_count(): {self.gpus}",
             f"backend: {self.backend}",

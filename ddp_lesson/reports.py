@@ -16,6 +16,15 @@ import torch
 
 from .validate import rows_of_mappings, whole_number
 
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """``n`` with its noun, singular for one: what the course prints at any world size.
+
+    >>> counted(1, "rank"), counted(3, "rank"), counted(1, "process", "processes")
+    ('1 rank', '3 ranks', '1 process')
+    """
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
 #: Where the supervised processes of a launch send their reports; set only by
 #: the launch (:mod:`ddp_lesson.launch`), for the processes it starts.
 REPORT_DIR_ENV = "DDP_LESSON_REPORT_DIR"

@@ -13,13 +13,13 @@ import re
 import pytest
 
 from ddp_lesson import views
-from ddp_lesson.views.base import counted
+from ddp_lesson.reports import counted
 
 NOUNS = r"(rank|process|GPU|item|node|epoch)"
 #: "1 ranks", "1 processes": a plural after one.
 ONE_MANY = re.compile(rf"\b1 {NOUNS}(e?s)\b")
 #: "3 rank ", "0 ... 0": a singular after another number, or a range of one.
-MANY_ONE = re.compile(rf"\b([02-9]|\d\d+) {NOUNS}\b(?!s)|\b0 \.\.\. 0\b")
+MANY_ONE = re.compile(rf"\b([02-9]|\d\d+) {NOUNS}\b(?![s(])|\b0 \.\.\. 0\b")
 
 
 def shown(view) -> str:

@@ -49,11 +49,12 @@ def _warnings(reading: Reading, outcome: Outcome) -> list[str]:
         asked.append(reading.nprocs)
     for nprocs in dict.fromkeys(n for n in asked if isinstance(n, int) and n > 0):
         from .. import devices  # (torch: only once there is a number to check)
+        from ..reports import counted
 
         try:
             devices.check_world_size(nprocs, source="nprocs")
         except ValueError as error:
-            notes.append(f"the script starts {nprocs} processes: {error}")
+            notes.append(f"the script starts {counted(nprocs, 'process', 'processes')}: {error}")
             break
     return notes
 

@@ -76,7 +76,9 @@ def describe(reading: Reading, world_size: int, args: Sequence) -> str:
     if reading.mode == SCRIPT:
         return f"python {tail} (its mp.spawn starts the processes)"
     given = ", ".join(["rank", str(world_size), *map(repr, args)])
-    return f"main({given}) in {world_size} processes started by the doctor"
+    from ..reports import counted
+
+    return f"main({given}) in {counted(world_size, 'process', 'processes')} started by the doctor"
 
 
 def run_probed(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> Outcome:

@@ -29,6 +29,7 @@ from IPython.display import HTML, display
 from matplotlib.colors import to_hex
 
 from .. import devices, launch
+from ..reports import counted  # noqa: F401  (the views' counts)
 from .plots import RANK_COLOURS
 
 #: Seconds between two looks at the ranks' progress.
@@ -123,15 +124,6 @@ def number_box(name: str, value: object, description: str) -> ipw.Text:
     )
     box.add_class(f"ddp-{name.replace('_', '-')}")
     return box
-
-
-def counted(n: int, one: str, many: str | None = None) -> str:
-    """``n`` with its noun, singular for one.
-
-    >>> counted(1, "rank"), counted(3, "rank"), counted(1, "process", "processes")
-    ('1 rank', '3 ranks', '1 process')
-    """
-    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 class Revealed:

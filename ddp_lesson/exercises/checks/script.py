@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 from ... import devices, launch
+from ...reports import counted
 from ...stages import stage
 from ..probes import script as probes
 from . import base
@@ -177,7 +178,8 @@ def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
         )  # fmt: skip
     return passed(
         NAME,
-        f"python {Path(file).name} started {plan.world_size} processes that joined one "
+        f"python {Path(file).name} started {counted(plan.world_size, 'process', 'processes')} "
+        "that joined one "
         f"{plan.backend} group; over {epochs} epochs each rank iterated its own shard, "
         "reshuffled each epoch, the DDP model's parameters were identical on every rank "
         "after every step, and every rank released the group.",

@@ -82,7 +82,7 @@ def check_spawn(start: Callable, world_size: object) -> Result:
             return failed(
                 name,
                 SPAWNING,
-                f"{plan.world_size} processes",
+                reports.counted(plan.world_size, "process", "processes"),
                 "no process was started (nprocs=0 starts nothing, silently)",
                 "the mp.spawn call: nprocs=world_size",
             )
