@@ -111,6 +111,30 @@ def litter(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if not p.name.startswith(KEPT))
 
 
+#: For each name left in the run's folder, the test after which it was first seen.
+_LEFT_BY = pytest.StashKey[dict]()
+
+
+_BEFORE = pytest.StashKey[set]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    folder = item.config.stash.get(_RUN_FOLDER, None)
+    item.stash[_BEFORE] = set(litter(folder)) if folder else set()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Note which test each new entry of the run's folder appeared after (for the check below)."""
+    yield
+    folder = item.config.stash.get(_RUN_FOLDER, None)
+    if folder:
+        seen = item.config.stash.setdefault(_LEFT_BY, {})
+        for name in set(litter(folder)) - item.stash.get(_BEFORE, set()):
+            seen.setdefault(name, item.nodeid)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def clean_temporary_folder(pytestconfig):
     """At the end of the session nothing may be left in the run's temporary folder.
@@ -137,7 +161,9 @@ def clean_temporary_folder(pytestconfig):
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    assert not left, f"the tests left these in the temporary folder {folder}: {left}"
+    seen = pytestconfig.stash.get(_LEFT_BY, {})
+    named = [f"{name} (there since {seen.get(name, 'an unknown test')})" for name in left]
+    assert not left, f"the tests left these in the temporary folder {folder}: {named}"
 
 
 #: The port the tutorials fix (``MASTER_PORT = "12355"``). A notebook whose code

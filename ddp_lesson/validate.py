@@ -67,3 +67,43 @@ def seconds(name: str, value: object) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
     return value
+
+
+def between(
+    name: str, value: object, low: float, high: float, *, unit: str = "", whole: bool = False,
+    fix: str = "",
+) -> float:
+    """Return ``value`` if it is a number from ``low`` to ``high``, both included; else explain.
+
+    Args:
+        name: what the value is called where it was given (``"--timeout"``, ``"timeout_s"``).
+        value: the number given.
+        low: the smallest value accepted.
+        high: the largest value accepted.
+        unit: what the number counts, said after the range (``"seconds"``).
+        whole: only whole numbers are accepted (``int``, not ``bool``).
+        fix: how to give a good value, said last (``"pass e.g. --timeout 60"``).
+
+    Raises:
+        TypeError: not a number (a whole one, with ``whole``).
+        ValueError: outside the range; ``nan`` and the infinities included.
+
+    >>> between("--timeout", 120, 1, 86400, unit="seconds")
+    120
+    >>> between("--timeout", 1e-300, 1, 86400, unit="seconds", fix="pass e.g. --timeout 60")
+    Traceback (most recent call last):
+    ...
+    ValueError: --timeout must be between 1 and 86400 seconds, got 1e-300: pass e.g. --timeout 60
+    """
+    import math
+
+    kind = "a whole number" if whole else "a number"
+    span = f"between {low:g} and {high:g}" + (f" {unit}" if unit else "")
+    tail = f": {fix}" if fix else ""
+    wrong = isinstance(value, bool) or not isinstance(value, int if whole else int | float)
+    if wrong:
+        raise TypeError(f"{name} must be {kind} {span}, got {value!r}{tail}")
+    if not (math.isfinite(value) and low <= value <= high):
+        said = f"{value:g}" if isinstance(value, float) else f"{value}"
+        raise ValueError(f"{name} must be {span}, got {said}{tail}")
+    return value

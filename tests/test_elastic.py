@@ -159,13 +159,13 @@ def test_a_killed_rank_is_named_even_when_torchrun_names_the_rank_it_took_down(t
     report = ChildFailedError("stage_09.py", {0: raised, 1: killed}).format_msg()
     assert "rank      : 0 (local_rank: 0)" in report.split("Root Cause")[1]
 
-    message = elastic._failure(elastic.TorchrunRun(["torchrun"], outputs=[report]), [1])
+    message = elastic.failure_text(elastic.TorchrunRun(["torchrun"], outputs=[report]), [1])
     assert "rank: 1 (local_rank: 1)" in message
     assert "exitcode: -9 (pid: N)" in message and "SIGKILL" in message
     assert "rank: 0" not in message and "Connection closed" not in message
     # without a killed rank, torchrun's root cause and its error stand
     alone = ChildFailedError("stage_09.py", {0: raised}).format_msg()
-    message = elastic._failure(elastic.TorchrunRun(["torchrun"], outputs=[alone]), [1])
+    message = elastic.failure_text(elastic.TorchrunRun(["torchrun"], outputs=[alone]), [1])
     assert "rank: 0 (local_rank: 0)" in message and "exitcode: 1 (pid: N)" in message
 
 

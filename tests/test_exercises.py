@@ -31,7 +31,7 @@ STARTING, CONNECTING, SPLITTING, SYNCING, TEARDOWN = (
     for key in ("spawning", "process_group", "data_division", "model_wrapping", "teardown")
 )
 #: Lesson notebooks that teach a skill, each of which has exercises.
-SKILLS = ["02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14"]
+SKILLS = ["02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "18"]
 
 #: Public checks that no exercise calls: the lesson notebook shows them at work.
 LESSON_ONLY = {"check_slurm": "09_checkpoints"}
@@ -170,10 +170,10 @@ def start_stub(main, world_size, port):
 @pytest.mark.parametrize(
     ("start", "world_size", "fragment"),
     [
-        # "the mp.spawn call: nprocs must be world_size"; where a busy machine
+        # "how many processes does it start"; where a busy machine
         # keeps the one rank from reporting before the check's deadline, the
         # deadline's message says "pass nprocs=world_size to mp.spawn"
-        (start_one_process, PLAN.world_size, "nprocs"),
+        (start_one_process, PLAN.world_size, ("how many processes", "nprocs")),
         (start_rank_in_args, PLAN.world_size, "args=(world_size, port) holds only"),
         (start_right, 0, "torch.cuda.device_count() is 0"),
     ],
@@ -181,7 +181,8 @@ def start_stub(main, world_size, port):
 def test_check_spawn_fails_wrong_answers(start, world_size, fragment):
     result = checks.check_spawn(start, world_size)
     assert result.status == checks.FAILED and result.stage == "starting processes", str(result)
-    assert fragment in str(result), str(result)
+    fragments = fragment if isinstance(fragment, tuple) else (fragment,)
+    assert any(f in str(result) for f in fragments), str(result)
 
 
 def test_check_spawn_passes_a_right_answer_and_spots_stubs():
@@ -194,7 +195,7 @@ def test_check_spawn_passes_a_right_answer_and_spots_stubs():
     ("check", "right", "wrong", "stage_title"),
     [
         # the solutions answer "b"; a capital and spaces around it are the same answer
-        (checks.check_nprocs_zero, " B ", ["a", "c", "b)"], STARTING),
+        (checks.check_nprocs_zero, " B ", ["a", "c", "b c"], STARTING),
         (checks.check_easy, "B\n", ["a", "c", "ab"], SPLITTING),
     ],
 )
@@ -225,7 +226,7 @@ def test_a_multiple_choice_check_keeps_the_right_letter_back_at_first():
         # ends it with the same verdict, and it holds the fixed port's lock meanwhile
         # (the lines that fix them are kept back on a first try: see
         # test_file_checks_keep_the_fixing_line_back_until_asked_or_tried_again)
-        pytest.param("pg_fixed_port.py", CONNECTING, "the port it is given", 5,
+        pytest.param("pg_fixed_port.py", CONNECTING, "the port ddp_setup was given", 5,
                      marks=pytest.mark.fixed_port),
         ("pg_every_rank_zero.py", CONNECTING, "", 15),
         ("pg_no_destroy.py", "teardown", "must be released", 15),
@@ -255,7 +256,7 @@ def test_check_of_a_missing_file_says_which_cell_to_run(tmp_path):
     [
         ("sampler_missing.py", "every rank iterated all 10 items"),
         ("sampler_no_set_epoch.py", "nothing told it that the epoch changed"),
-        ("sampler_no_shuffle.py", "default shuffle and seed"),
+        ("sampler_no_shuffle.py", "in the order they are stored"),
     ],
 )
 def test_check_sampler_fails_wrong_answers(answer, fragment):
@@ -305,7 +306,7 @@ def test_check_sampler_prediction_passes_a_right_answer():
 @pytest.mark.parametrize(
     ("answer", "fragment"),
     [
-        ("wrap_missing.py", "a plain NeuralNetwork"),
+        ("wrap_missing.py", "wrap returned a NeuralNetwork"),
         # the wrapper is built (so the weights were broadcast) but thrown away
         ("wrap_returns_inner.py", "gradients differ by up to"),
         pytest.param(

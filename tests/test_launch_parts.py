@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psutil
+import pytest
+import torch.multiprocessing as mp
+from launch_workers import healthy
 from waiting import wait_until
 
 import ddp_lesson.measures
-from ddp_lesson.launch import processes
+from ddp_lesson.launch import LaunchError, LaunchTimeout, Supervisor, capture, processes
+from ddp_lesson.launch.failures import Failures
+from ddp_lesson.launch.rank_starter import RankStarter
+from ddp_lesson.launch.state import LaunchState
+from ddp_lesson.launch.watching import Watcher
 
 #: Every module of the course, imported by the no-side-effects test.
 MODULES = [
@@ -202,3 +211,58 @@ def test_stale_folders_of_killed_launches_and_their_servers_are_removed(tmp_path
     removed = folders.remove_stale_folders(tmp_path)
     assert sorted(removed) == sorted([str(launch_folder), str(server_folder)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pymp-live", "pymp-someone-else"]
+
+
+# -- the supervisor's parts, each on its own --------------------------------------------
+def test_the_supervisor_holds_its_parts_around_one_state_and_mixes_nothing_in():
+    assert Supervisor.__bases__ == (object,)
+    run = Supervisor(2, 30)
+    parts = [run.watcher, run.ranks, run.programs, run.failures]
+    assert all(part.state is run.state for part in parts)
+    assert run.ranks.watcher is run.watcher
+    # what the supervisor documents reads the shared state
+    run.state.timed_out = True
+    assert run.timed_out and run.world_size == 2 and run.timeout_s == 30
+    assert not run.running and run.progress() == {}
+
+
+def test_the_rank_starter_alone_refuses_another_number_of_ranks_than_world_size():
+    def starter(world_size):
+        state = LaunchState(world_size=world_size, timeout_s=30, threads=1)
+        return RankStarter(state, Watcher(state))
+
+    assert starter(2).check(healthy.main, 2) is not None  # the function, by module and name
+    assert starter(None).check(healthy.main, 5) is not None  # programs only: nothing to hold to
+    assert starter(2).check(healthy.main, 0) is not None  # said at the block's end, as before
+    for nprocs in (1, 3):
+        try:
+            starter(2).check(healthy.main, nprocs)
+        except LaunchError as error:
+            assert f"nprocs={nprocs}) inside launch.bounded(world_size=2)" in str(error)
+        else:
+            raise AssertionError(f"nprocs={nprocs} in a world of 2 was accepted")
+
+
+def test_the_failures_alone_turn_a_state_that_timed_out_into_a_timeout():
+    state = LaunchState(world_size=2, timeout_s=5, threads=1, timed_out=True, started=2)
+    with pytest.raises(LaunchTimeout, match="did not finish within 5 s"):
+        Failures(state).raise_for(None, None)
+    state.timed_out = False
+    Failures(state).raise_for(None, None)  # no spawn, nothing expected: nothing to say
+
+
+def test_a_block_that_fails_to_open_undoes_every_step_it_had_taken(monkeypatch):
+    def broken(path, *args, **kwargs):
+        raise OSError(f"no pipe at {path}")
+
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    before = (mp.start_processes, spawn_log.level)
+    monkeypatch.setattr(capture, "OutputTap", broken)  # the last step before the watcher
+    run = Supervisor(2, 30)
+    with pytest.raises(OSError, match="no pipe"):
+        with run:
+            raise AssertionError("the block ran although it did not open")
+    assert (mp.start_processes, spawn_log.level) == before
+    assert run.state.folder is not None and not run.state.folder.exists()
+    assert run.ranks.tap is None and not run.running
+    assert not [t for t in threading.enumerate() if t.name == "ddp-lesson-watch"]

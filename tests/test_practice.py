@@ -113,7 +113,7 @@ def test_check_global_batch_passes_a_right_answer_and_spots_stubs():
     [
         ("practice_accumulate_sync_every.py", "4 all-reduces of the whole gradient"),
         ("practice_accumulate_unscaled.py", "a step 4 times as large"),
-        ("practice_accumulate_never_sync.py", "no all-reduce at all"),
+        ("practice_accumulate_never_sync.py", "DDP's own gradient exchange never ran"),
     ],
 )
 def test_check_accumulate_fails_wrong_answers(answer, fragment):
@@ -156,8 +156,8 @@ def test_check_seeds_passes_a_right_answer():
 @pytest.mark.parametrize(
     ("answer", "stage_title", "fragment"),
     [
-        ("practice_evaluate_local.py", CONNECTING, "each of its own part"),
-        ("practice_evaluate_sampler.py", SPLITTING, "counted more than once"),
+        ("practice_evaluate_local.py", CONNECTING, "on 359 test images, per rank:"),
+        ("practice_evaluate_sampler.py", SPLITTING, "went through the model more than once"),
         ("practice_evaluate_mean.py", CONNECTING, "the mean of the ranks' accuracies"),
     ],
 )

@@ -176,8 +176,9 @@ def _torch_names(tree: ast.Module) -> set[str]:
             target, value = node.targets[0], node.value
             text = ast.unparse(value)
             chain = isinstance(value, ast.Attribute | ast.Subscript)  # not an object made
-            if isinstance(target, ast.Name) and chain and (
-                _root(value) in names or "sys.modules['torch" in text
+            looked_up = text.startswith(("sys.modules['torch", "sys.modules.get('torch"))
+            if isinstance(target, ast.Name) and (
+                (chain and _root(value) in names) or looked_up
             ):
                 names.add(target.id)
     return names
@@ -234,13 +235,14 @@ def test_the_reading_finds_an_assignment_to_torch(tmp_path):
         "spawn = sys.modules['torch.multiprocessing.spawn']\n"
         "mp.spawn = print\nspawn.start_processes = print\nnn.Module.to = print\n"
         "setattr(nn.Module, 'cuda', print)\nother = object()\nother.x = 1\n"
+        "saving = sys.modules.get('torch.serialization')\nsaving.save = print\n"
     )
     sample = sample.rename(ROOT / "tests" / f"_sample_{tmp_path.name}.py")
     try:
         lines = [int(w.rsplit(":", 1)[1]) for w in torch_assignments(sample)]
     finally:
         sample.unlink()
-    assert lines == [5, 6, 7, 8]
+    assert sorted(lines) == [5, 6, 7, 8, 12]
 
 
 def test_handed_blocks_nest_and_put_back_the_same_object():
@@ -293,3 +295,51 @@ def test_wrapping_twice_with_the_same_make_wraps_once(times, monkeypatch):
     for _ in range(times):
         torch_hooks.wrap(where, add_one)
     assert Owner.f() == 2
+
+
+#: A diagnosed script's own look at torch: what the course replaced, and what it declared.
+REPLACED = SNAPSHOT + textwrap.dedent(
+    """
+    from ddp_lesson.launch import torch_hooks
+
+    def report(who):
+        ours = sorted(f"{o}.{n}" for (o, n), value in snapshot().items()
+                      if getattr(value, "__module__", "").startswith("ddp_lesson"))
+        declared = set(torch_hooks.changes())
+        print(who, "UNDECLARED", [name for name in ours if name not in declared], flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("route", ["script", "worker", "torchrun"])
+def test_every_change_a_diagnosed_process_sees_is_declared(route, tmp_path):
+    from ddp_lesson import doctor
+
+    body = textwrap.dedent(
+        """
+        import os
+
+        import torch
+        import torch.distributed as dist
+
+
+        def main(rank, world_size):
+            dist.init_process_group("gloo", rank=rank, world_size=world_size)
+            torch.save({"rank": rank}, f"saved-{rank}.pt")
+            report(f"rank {rank}")
+            dist.destroy_process_group()
+        """
+    )
+    tail = {
+        "script": '\nif __name__ == "__main__":\n    import torch.multiprocessing as mp\n'
+        '    report("script")\n    mp.spawn(main, args=(2,), nprocs=2)\n',
+        "worker": "",
+        "torchrun": '\nif __name__ == "__main__":\n'
+        '    main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))\n',
+    }[route]
+    script = tmp_path / f"{route}.py"
+    script.write_text(REPLACED + body + tail)
+    result = doctor.diagnose(script, 2)
+    lines = [line for line in result.output.splitlines() if "UNDECLARED" in line]
+    assert len(lines) == (3 if route == "script" else 2), str(result) + result.output
+    assert all(line.endswith("UNDECLARED []") for line in lines), "\n".join(lines)

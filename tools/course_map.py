@@ -57,9 +57,8 @@ LESSONS = {
                       "mixed precision", ["06"], False),
     "14_debugging": ("unused parameters, ports in use, stuck ranks, mismatched collectives, "
                      "`@record`", ["06"], False),
-    "15_first_week": ("a project's first week: data prepared once, uneven inputs, loader "
-                      "workers, clipping, metrics that are not sums, `torch.compile`", ["06"],
-                      False),
+    "15_first_week": ("a project's first week: data prepared once, loader workers, clipping, "
+                      "metrics that are not sums, `torch.compile`", ["06"], False),
     "16_after_ddp": ("appendix: FSDP2 beside DDP, `DataParallel`, notebook launchers", ["06"],
                      False),
     "17_comm_and_memory": ("bytes and memory: communication hooks (fp16, PowerSGD), activation "
@@ -68,6 +67,8 @@ LESSONS = {
     "18_stopping_and_resizing": ("every rank stopping together, `torch.distributed.checkpoint` "
                                  "at another world size, elastic `torchrun`", ["06", "09", "16"],
                                  False),
+    "19_uneven_inputs": ("uneven inputs: a stream split by rank and loader worker, `join()`, "
+                         "and the optimiser state it leaves unequal", ["06"], False),
 }
 
 

@@ -2,11 +2,13 @@
 
 In a notebook: ``print(doctor.diagnose("workers/my_script.py"))``. In a
 terminal: ``ddp-doctor my_script.py`` (or ``python -m ddp_lesson doctor``).
-It starts a file as it is written to be started (a script's own
-``mp.spawn``, ``torchrun``, or ``main(rank, world_size, ...)`` called in
-processes of its own), and judges each stage by what the processes did.
-Its parts: :mod:`.read` (the code, read without running it), :mod:`.run`,
-:mod:`.start` and :mod:`.probe` (a short real run, started in each launch
+It starts a file as it is written to be started, which running it shows
+(a script as Python, following the processes it starts; under
+``torchrun`` one that needs torchrun's variables; ``main(rank,
+world_size, ...)`` called in processes of its own), and judges each
+stage by what the processes did. Its parts: :mod:`.read` (the code, read
+without running it), :mod:`.run`, :mod:`.start`, :mod:`.start_follow`
+and :mod:`.probe` (a short real run, started in each launch
 style and recorded in every process, as :mod:`.record` defines),
 :mod:`.judge` (the verdicts), :mod:`.verdict` (what a diagnosis holds and
 how it prints), :mod:`.cli`.

@@ -6,8 +6,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from ..validate import seconds
-from .diagnose import TIMEOUT_S, diagnose
+from .diagnose import TIMEOUT_RANGE_S, TIMEOUT_S, check_options, diagnose
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,35 +25,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "path",
-        help="a script (its __main__ calls mp.spawn, or it is written for torchrun), "
-        "or a worker file defining main(rank, world_size, ...)",
+        help="a script (run as Python; one that needs torchrun's variables runs under "
+        "torchrun), or a worker file defining main(rank, world_size, ...)",
     )
     parser.epilog = "ARGS after -- go to main after world_size (a worker file) or to the script."
     parser.add_argument("--world-size", default=None, help="processes (default: the course's)")
-    parser.add_argument("--timeout", default=str(TIMEOUT_S), help="deadline in seconds")
+    low, high = TIMEOUT_RANGE_S
+    parser.add_argument(
+        "--timeout", default=str(TIMEOUT_S), help=f"deadline in seconds, from {low} to {high}"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     options = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     try:
-        world_size = None if options.world_size is None else int(options.world_size)
-    except ValueError:
-        return _fail(options, f"--world-size must be a whole number, got {options.world_size!r}; "
-                     "pass e.g. --world-size 2")
-    try:
-        value = float(options.timeout)
-    except ValueError:
-        return _fail(options, f"--timeout must be a number of seconds, got {options.timeout!r}")
-    try:
-        timeout_s = seconds("--timeout", value)
-    except ValueError as error:
-        return _fail(options, f"{error}; pass e.g. --timeout {TIMEOUT_S}")
+        world_size, timeout_s = check_options(
+            None if options.world_size is None else _number(options.world_size, whole=True),
+            _number(options.timeout),
+            names=("--world-size", "--timeout"),
+        )
+    except (TypeError, ValueError) as error:
+        return _fail(options, str(error))
     result = diagnose(options.path, world_size, timeout_s=timeout_s, args=extra)
     if options.json:
         print(result.to_json())
     else:
         print(result)
     return result.exit_code
+
+
+def _number(text: str, whole: bool = False) -> object:
+    """``text`` as the number it spells (an int with ``whole``), else ``text`` itself.
+
+    What is not a number is left as it was typed, so that the range check
+    quotes it.
+    """
+    try:
+        return int(text) if whole else float(text)
+    except ValueError:
+        return text
 
 
 def _fail(options, message: str) -> int:

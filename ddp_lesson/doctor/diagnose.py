@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import ast
 import os
+import time
 from collections.abc import Sequence
 
-from ..validate import seconds
-from .read import WORKER, read
+from ..validate import between
+from .read import TORCHRUN, WORKER, read
 from .verdict import Diagnosis
 
 #: Default deadline for the whole run, in seconds.
 TIMEOUT_S = 60
+
+#: The deadlines the doctor accepts, in seconds: a second up to a day.
+TIMEOUT_RANGE_S = (1, 86_400)
 
 
 def _literal(value: object) -> object:
@@ -38,6 +42,60 @@ def _literal(value: object) -> object:
         return value
 
 
+def check_options(
+    world_size: object, timeout_s: object, *, names: tuple[str, str] = ("world_size", "timeout_s")
+) -> tuple[int | None, float]:
+    """Return ``(world_size, timeout_s)`` if the doctor can run with them; otherwise explain.
+
+    The message states the range and how to pass a good value, in the
+    spelling of ``names`` (the keywords, or the command line's options).
+
+    Args:
+        world_size: processes to run, or ``None`` for the course's default;
+            from 1 up to what this machine can run (see
+            :func:`ddp_lesson.devices.check_world_size`).
+        timeout_s: the run's deadline, between :data:`TIMEOUT_RANGE_S` seconds.
+        names: how the two are called where they were given.
+
+    Raises:
+        TypeError: one of them is not a number (a whole one, for the world size).
+        ValueError: one of them is outside its range.
+    """
+    size_name, timeout_name = names
+    low, high = TIMEOUT_RANGE_S
+    timeout_s = between(
+        timeout_name, timeout_s, low, high, unit="seconds",
+        fix=f"pass e.g. {_spelled(timeout_name, TIMEOUT_S)}",
+    )  # fmt: skip
+    if world_size is not None:
+        import torch  # (only for a world size to check)
+
+        from .. import devices
+
+        cores = devices.usable_cores()
+        cpu_most = devices.MAX_CPU_PROCESSES_PER_CORE * cores
+        gpus = torch.cuda.device_count()
+        most = max(cpu_most, gpus if gpus >= 2 else 0)
+        on = (
+            f"one process per GPU, {gpus} GPUs here" if most == gpus
+            else f"at most {devices.MAX_CPU_PROCESSES_PER_CORE} CPU processes per core, "
+            f"{cores} core(s) here"
+        )  # fmt: skip
+        example = gpus if gpus >= 2 else devices.DEFAULT_CPU_WORLD_SIZE
+        fix = f"pass e.g. {_spelled(size_name, example)}"
+        if world_size == 0 and not gpus:  # what torch.cuda.device_count() gives here
+            fix = f"torch.cuda.device_count() is 0 without a GPU; {fix}"
+        world_size = int(between(
+            size_name, world_size, 1, most, whole=True, unit=f"({on})", fix=fix
+        ))  # fmt: skip
+    return world_size, timeout_s
+
+
+def _spelled(name: str, value: object) -> str:
+    """How to give ``name`` the value ``value``: ``--timeout 60`` or ``timeout_s=60``."""
+    return f"{name} {value}" if name.startswith("--") else f"{name}={value}"
+
+
 def diagnose(
     path: str | os.PathLike,
     world_size: int | None = None,
@@ -47,20 +105,26 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose the DDP script at ``path``: read it, run it briefly for real, judge each stage.
 
-    The file is started the way it is written to be started:
+    The file is started the way it is written to be started, which the run
+    finds out:
 
-    * a script whose ``__main__`` block calls ``mp.spawn`` runs as a whole
-      (``args`` become its command-line arguments);
-    * a script that takes its rank from the environment (``RANK``,
-      ``LOCAL_RANK``, ``init_process_group()`` with ``env://``) runs under
-      ``torchrun --standalone --nproc-per-node=world_size``;
+    * a script (a ``__main__`` block, or top-level code that starts
+      processes) runs as Python, as a whole (``args`` become its
+      command-line arguments), and the processes it starts are followed:
+      ``mp.spawn`` or ``start_processes`` wherever it is called,
+      ``elastic_launch``, ``multiprocessing.Process``;
+    * a script that, run so, needs a variable torchrun sets (``RANK``,
+      ``WORLD_SIZE``, ``init_process_group()`` from ``env://``...) before
+      it has started any process runs again under ``torchrun --standalone
+      --nproc-per-node=world_size``;
     * a file that only defines ``main(rank, world_size, *args)`` (the
       lesson's workers) gets it called in ``world_size`` processes.
 
     Either way the run is bounded by ``timeout_s``, meets on 127.0.0.1
     whatever address or port the script asks for, and leaves no process
     behind. Never raises for a bad file: the result's ``problem`` says what
-    is wrong and how to fix it.
+    is wrong and how to fix it. A world size or deadline out of range
+    raises before anything runs (see :func:`check_options`).
 
     Args:
         path: the learner's Python file.
@@ -73,14 +137,17 @@ def diagnose(
     Returns:
         A :class:`Diagnosis`; ``print`` it, or read ``.stages``, ``.faults``,
         ``.failure`` and ``.exit_code``.
+
+    Raises:
+        TypeError: ``world_size`` or ``timeout_s`` is not a number.
+        ValueError: ``world_size`` or ``timeout_s`` is outside its range; the
+            message states the range.
     """
-    try:
-        timeout_s = seconds("timeout", timeout_s)
-    except (TypeError, ValueError) as error:
-        return Diagnosis(str(path), problem=str(error))
+    _, timeout_s = check_options(None, timeout_s)
     reading = read(path)
     if reading.problem:
         return Diagnosis(str(path), problem=reading.problem)
+    world_size, _ = check_options(world_size, timeout_s)  # (torch, for the machine's limit)
     from .judge import import_problem, nothing_checked, verdict
     from .run import Outcome, describe, run_probed
 
@@ -98,7 +165,14 @@ def diagnose(
         return Diagnosis(str(path), problem=str(error).replace("world_size", "--world-size", 1))
     if reading.mode == WORKER:
         args = tuple(_literal(a) for a in args)
+    started = time.monotonic()
     outcome = run_probed(reading, world_size, timeout_s, args)
+    wanted = outcome.script.torchrun if outcome.script is not None else None
+    if wanted and not outcome.ranks:  # run as Python, it asked for torchrun's variables
+        reading.mode = TORCHRUN
+        left = max(TIMEOUT_RANGE_S[0], timeout_s - (time.monotonic() - started))
+        outcome = run_probed(reading, world_size, left, args)
+        outcome.timeout_s = timeout_s
     problem = import_problem(reading, outcome)
     if problem:
         return Diagnosis(str(path), problem=problem, ranks=outcome.ranks, output=outcome.output)

@@ -82,12 +82,12 @@ def verdict(
     shown = _stops(outcome)
     fine: dict[str, str] = {}
     crashed = _crashes(outcome)
-    diagnosis.failure = _crash(reading, crashed, _unused(ranks), shown)
+    diagnosis.failure = _crash(reading, crashed, _unused(ranks), shown, ranks)
     _judge_spawning(reading, outcome, shown, fine)
     _judge_group(ranks, fine)
     _judge_data(ranks, shown, fine)
-    _judge_model(ranks, shown, fine, crashed)
-    _judge_teardown(reading, ranks, shown, fine)
+    _judge_model(ranks, shown, fine, crashed, stand_in=outcome.stand_in)
+    _judge_teardown(reading, outcome, shown, fine)
     stopped = not_run or why_not_run(outcome, reading)
     for key in KEYS:
         diagnosis.stages[key] = _stage_verdict(
@@ -136,6 +136,8 @@ def nothing_checked(diagnosis: Diagnosis, outcome: Outcome, reading: Reading) ->
         else "; make sure it starts its processes and trains when run as "
         + ("torchrun runs it" if reading.mode == TORCHRUN else "a script")
     )
+    if "multiprocessing Pool" in why:
+        hint = "; start the ranks with mp.spawn or multiprocessing.Process to have them checked"
     said = printed(outcome.output)
     said = f"; the last lines it printed: {said}" if said else ""
     return f"nothing in {reading.path.name} could be checked: {why}{said}{hint}"

@@ -39,7 +39,49 @@ def _crashes(outcome: Outcome) -> list[tuple[ProcessRecord, dict]]:
     return [(r, e) for r, e in raised if (e["type"], e["line"], e["message"]) == same]
 
 
-def _crash(reading: Reading, crashed, unused: list[str], shown) -> StageVerdict | None:
+#: What torch says in a rank whose partner stopped answering: it lost the partner, it
+#: did not fail itself.
+PARTNER_LOST = ("Timed out", "timed out", "Connection closed by peer", "Connection reset by peer")
+
+
+def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVerdict | None:
+    """The rank that was elsewhere when its partners lost it: spinning, or gone from main.
+
+    A rank waiting in a DDP step raises when a partner never comes; the
+    fault is where that partner was (the line its stack showed when it was
+    stopped), or that it had left already, not the step the waiting rank was in.
+    """
+    rank, error = crashed[0]
+    if rank.script or not any(words in error["message"] for words in PARTNER_LOST):
+        return None
+    waiting = {r.rank for r, _ in crashed}
+    others = [r for r in ranks if r.rank not in waiting and not r.error and not r.stop]
+    spinning = [r for r in others if r.stopped_at and r.stopped_at != error["line"]]
+    gone = [r for r in others if r.returned]
+    lost = f"{_ranks_text(sorted(waiting))} gave up waiting for it{_quote(reading, error['line'])}"
+    if spinning:
+        other = spinning[0]
+        line = other.stopped_at
+        evidence = (
+            f"rank {other.rank} was still running at line {line} (`{reading.source(line)}`) "
+            f"when {lost} (it raised {error['type']}): it never reached the step its "
+            f"partners waited in; find out why rank {other.rank} stays at line {line}"
+        )
+    elif gone:
+        other, line = gone[0], None
+        evidence = (
+            f"rank {other.rank} had already returned from its function when {lost} (it "
+            f"raised {error['type']}): every rank must make the same training steps; find "
+            f"the condition that lets rank {other.rank} leave early"
+        )
+    else:
+        return None
+    return StageVerdict(FAULT, f"run: {evidence}", line, [f"run: {evidence}"])
+
+
+def _crash(
+    reading: Reading, crashed, unused: list[str], shown, ranks: list[ProcessRecord] = ()
+) -> StageVerdict | None:
     """The crash as a stage's finding, or as a failure outside the stages (returned)."""
     if not crashed:
         return None
@@ -48,6 +90,13 @@ def _crash(reading: Reading, crashed, unused: list[str], shown) -> StageVerdict 
     process = "the script" if crashed[0][0].script else _ranks_text(who)
     if error.get("call"):
         _add(shown, "spawning", error["message"])
+        return None
+    elsewhere = _elsewhere(reading, crashed, list(ranks))
+    if elsewhere is not None:
+        stage = reading.owners.get(elsewhere.line) if elsewhere.line else None
+        if stage is None:
+            return elsewhere  # no stage is to blame for where the other rank was
+        _add(shown, stage, elsewhere.evidence.removeprefix("run: "), elsewhere.line, exact=True)
         return None
     line = error["line"]
     stage = error.get("stage") or reading.owners.get(line)
@@ -69,13 +118,15 @@ def _crash(reading: Reading, crashed, unused: list[str], shown) -> StageVerdict 
 
 
 def _stops(outcome: Outcome) -> list[Shown]:
-    """What the doctor stopped a rank for (it knew the run could not go on)."""
+    """What the doctor stopped a rank, or the script's own process, for (it knew the run
+    could not go on)."""
     shown = []
-    for r in outcome.ranks:
+    script = [outcome.script] if outcome.script is not None else []
+    for r in outcome.ranks + script:
         if r.stop:
             stop = r.stop
             finding = Finding(stop["stage"], stop["evidence"], stop["line"])
-            if stop["stage"] == "spawning" and outcome.script and outcome.script.spawns:
-                finding.line = outcome.script.spawns[0]["line"]  # where the processes start
-            shown.append(Shown(finding))
+            if stop["stage"] == "spawning" and not r.script and script and script[0].spawns:
+                finding.line = script[0].spawns[0]["line"]  # where the processes start
+            shown.append(Shown(finding, exact=r.script))
     return shown

@@ -46,7 +46,8 @@ def _where(outcome: Outcome, reading: Reading) -> tuple[str, int | None]:
 
 def why_not_run(outcome: Outcome, reading: Reading) -> str:
     """One sentence on why the run ended early, if it did."""
-    stops = [r for r in outcome.ranks if r.stop]
+    own = [outcome.script] if outcome.script is not None else []
+    stops = [r for r in outcome.ranks + own if r.stop]
     if stops:
         return f"the run ended at the {title(stops[0].stop['stage'])} fault"
     if outcome.timed_out:
@@ -62,11 +63,25 @@ def why_not_run(outcome: Outcome, reading: Reading) -> str:
         at = f" at line {e['line']}" if e["line"] else ""
         return f"a rank raised {e['type']}{at}"
     script = outcome.script
+    pools = [s for s in (script.spawns if script else []) if s.get("by") == "multiprocessing.Pool"]
+    if pools and not outcome.ranks:
+        return (
+            f"the script started its processes with a multiprocessing Pool (line "
+            f"{pools[0]['line']}), whose workers the doctor does not follow (it follows mp.spawn, "
+            "start_processes, elastic_launch, multiprocessing.Process and torchrun)"
+        )
     if script is not None and not script.spawns:
         e = script.error
         if e:
-            return f"the script raised {e['type']}: {e['message']} before calling mp.spawn"
-        return "the script ended without calling mp.spawn"
+            return f"the script raised {e['type']}: {e['message']} before starting any process"
+        reads = (
+            " (it reads torchrun's variables, but went on without them)"
+            if reading.reads_torchrun else ""
+        )  # fmt: skip
+        return (
+            "the script ended without starting any process (mp.spawn, start_processes, "
+            f"elastic_launch, multiprocessing.Process) or needing torchrun's variables{reads}"
+        )
     ended = _returned(outcome, reading)
     return f"{ended} before this stage" if ended else ""
 

@@ -96,7 +96,9 @@ def _start_gap(ranks: list[ProcessRecord]) -> float | None:
     return (max(firsts) - min(firsts)) / max(1.0, max(abs(s) for s in firsts))
 
 
-def _judge_model(ranks, shown, fine, crashed) -> None:
+def _judge_model(ranks, shown, fine, crashed, stand_in: bool = False) -> None:
+    """The model's verdict; with ``stand_in``, the GPUs the ranks asked for were the CPU."""
+
     def add(text, line=None, exact=False):
         _add(shown, "model_wrapping", text, line, exact)
 
@@ -104,9 +106,10 @@ def _judge_model(ranks, shown, fine, crashed) -> None:
     gpus = [d for _, d in placed if d]
     if len(ranks) > 1 and len(gpus) == len(ranks) and len(set(gpus)) == 1:
         line = next(p["line"] for p in ranks[0].placements if p["asked"] != "cpu")
+        put = f"asked for {gpus[0]} for its model" if stand_in else f"put its model on {gpus[0]}"
         add(
-            f"every rank put its model on {gpus[0]}: one GPU does all the work while "
-            "the others idle (or run out of memory); use model.to(rank)",
+            f"every rank {put}: one GPU does all the work while the others idle (or run "
+            "out of memory); use model.to(rank)",
             line,
         )
     wrapped = [r for r in ranks if r.ddp]
@@ -155,7 +158,9 @@ def _judge_model(ranks, shown, fine, crashed) -> None:
         return
     where = sorted({str(_device_of(r) or r.ddp[0]["module_device"]) for r in wrapped})
     ranks_word = "rank" if len(wrapped) == 1 else "ranks"
-    how = f"DDP wrapped the model on {len(wrapped)} {ranks_word} ({', '.join(where)})"
+    how = f"DDP wrapped the model on {len(wrapped)} {ranks_word}"
+    if not (stand_in and any(d.startswith("cuda") for d in where)):  # (else the note says)
+        how += f" ({', '.join(where)})"
     if compared is not None:
         if not wrapped:
             how = "the model is not wrapped in DDP, yet the ranks kept it in step themselves"

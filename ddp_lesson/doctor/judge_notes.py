@@ -62,22 +62,47 @@ def _warnings(reading: Reading, outcome: Outcome) -> list[str]:
 def _notes(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> list[str]:
     ranks = outcome.ranks
     notes = _unshown(reading, ranks, diagnosis)
-    if len(ranks) == 1 and ranks[0].init:
+    if len(ranks) == 1 and ranks[0].init and ranks[0].claimed_world_size in (1, None):
         notes.append(
             "only one process ran, so there was no other rank to compare with (data "
             "shards, parameters): a world of 1 trains as a single device does"
         )
-    asked_gpu = any((r.init and r.init["asked"] == "nccl") or _device_of(r) for r in ranks)
-    if asked_gpu and outcome.stand_in:
-        has = (
-            "no CUDA GPU" if not outcome.gpus
-            else f"{outcome.gpus} CUDA GPU(s), not one for each of the {len(ranks)} ranks"
-        )  # fmt: skip
-        notes.append(
-            f"this machine has {has}: the script's nccl ran as gloo and its cuda devices as "
-            "the CPU; the devices each rank asked for are what was checked"
-        )
+    emulated = _emulated(ranks, outcome)
+    if emulated:
+        notes.append(emulated)
     return notes + _files_notes(reading, outcome) + _warnings(reading, outcome)
+
+
+def _emulated(ranks: list[ProcessRecord], outcome: Outcome) -> str:
+    """What the CPU stood in for, said once: the GPUs the ranks asked for, and nccl."""
+    if not outcome.stand_in:
+        return ""
+    asked = sorted({d for d in map(_device_of, ranks) if d}, key=_device_order)
+    nccl = any(r.init and r.init["asked"] == "nccl" for r in ranks)
+    if not (asked or nccl):
+        return ""
+    from ..reports import counted  # (torch: the run has imported it already)
+
+    here = (
+        "no GPU here" if not outcome.gpus
+        else f"{counted(outcome.gpus, 'GPU', 'GPUs')} here, not one for each of the "
+        f"{len(ranks)} ranks"
+    )  # fmt: skip
+    if asked:
+        text = f"{here}: the script's GPU branch ran with CPU stand-ins for {_listed(asked)}"
+        text += " (nccl ran as gloo)" if nccl else ""
+    else:
+        text = f"{here}: the script asked for nccl, which ran as gloo on the CPU"
+    return text + "; the doctor checked the device each rank asked for"
+
+
+def _device_order(device: str) -> tuple[int, str]:
+    index = device.rpartition(":")[2]
+    return (int(index) if index.isdigit() else -1, device)
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
 
 
 def _shown_paths(paths: list[str], most: int = 5) -> str:

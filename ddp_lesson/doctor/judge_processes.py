@@ -33,7 +33,18 @@ def _judge_spawning(reading, outcome, shown, fine) -> None:
     elif reading.mode == WORKER:
         fine["spawning"] = f"{len(entered)} process(es) started, each running main"
     else:
-        fine["spawning"] = f"mp.spawn started {len(entered)} process(es), each running main"
+        by = script.spawns[0].get("by", "mp.spawn") if script and script.spawns else "mp.spawn"
+        fine["spawning"] = (
+            f"{by} started {len(entered)} process(es), each running {_function(outcome)}"
+        )
+
+
+def _function(outcome) -> str:
+    """The name of the function the script's processes run (``main`` when none was seen)."""
+    script = outcome.script
+    if script is None or not script.spawns:
+        return "main"
+    return script.spawns[0].get("target") or "main"
 
 
 def _judge_group(ranks, fine) -> None:
@@ -48,10 +59,11 @@ def _judge_group(ranks, fine) -> None:
         fine["process_group"] += f"; every rank made the same {calls[0]} collective call(s)"
 
 
-def _judge_teardown(reading, ranks, shown, fine) -> None:
+def _judge_teardown(reading, outcome, shown, fine) -> None:
+    ranks = outcome.ranks
     returned = [r for r in ranks if r.returned and r.init]
     alive = [r.rank for r in returned if r.alive_at_return]
-    ended = "the script ended" if reading.mode == TORCHRUN else "main returned"
+    ended = "the script ended" if reading.mode == TORCHRUN else f"{_function(outcome)} returned"
     if alive:
         _add(
             shown, "teardown",

@@ -124,6 +124,7 @@ from .probe_state import (  # noqa: F401
     DDP_STEPS,
     TORCH_STAGES,
     DoctorStop,
+    TorchrunScript,
     _blocking,
     _error_entry,
     _first_line,
@@ -140,6 +141,7 @@ from .probe_state import (  # noqa: F401
     _set,
     _state,
     _stop,
+    _wants_torchrun,
     _wrap,
     learner_line,
 )
@@ -214,8 +216,9 @@ def own_folders(settings: Settings) -> list[str]:
 
     torch's own: the file ``mp.spawn`` makes in the temporary folder for
     each rank to write its traceback to (``pytorch-errorfile-*.pickle``,
-    removed by the process that started the rank) and torchrun's error file.
-    The script never asked for them, so the doctor does not report them.
+    which torch never removes: the doctor does, see
+    :func:`.sandbox.remove_torch_files`) and torchrun's error file. The
+    script never asked for them, so the doctor does not report them.
     """
     import tempfile
 

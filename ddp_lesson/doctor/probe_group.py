@@ -42,12 +42,18 @@ from .probe_state import (
     _save,
     _state,
     _stop,
+    _wants_torchrun,
     learner_line,
 )
 
 #: Seconds a rank may stay in one DDP step while another waits in a collective of
 #: the learner's before the two count as stuck on different collectives.
 STUCK_S = 2.0
+
+
+def joining_key(index: int) -> str:
+    """The store key where process ``index`` says which group it waits to join, then "joined"."""
+    return f"doctor/joining/{index}"
 
 
 def _store() -> dist.TCPStore:
@@ -122,6 +128,14 @@ def _init_process_group(*args, **kwargs):
     given = bound.arguments
     rank = given.get("rank", -1)
     world_size = given.get("world_size", -1)
+    if record.script and not record.spawns and os.getpid() == _state["pid"]:
+        # run as Python, the script joins a group itself before starting any process
+        missing = [
+            name for name, value in (("RANK", rank), ("WORLD_SIZE", world_size))
+            if value in (-1, None) and name not in os.environ
+        ]  # fmt: skip
+        if missing:
+            _wants_torchrun(missing[0], learner_line())
     rank = int(os.environ.get("RANK", -1)) if rank in (-1, None) else rank
     world_size = (
         int(os.environ.get("WORLD_SIZE", -1)) if world_size in (-1, None) else world_size
@@ -160,10 +174,14 @@ def _init_process_group(*args, **kwargs):
             "RANK)",
         )
     timeout = datetime.timedelta(seconds=_state["settings"].wait_s)
+    # what a script that joins each process it starts watches for (see .start_follow)
+    joining = joining_key(record.index)
+    store.set(joining, f"{world_size}:{rank}:{record.init['line'] or ''}")
     with _owned("process_group"), _blocking("init_process_group", record.init["line"]):
         _original["init_process_group"](
             used, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
+    store.set(joining, "joined")
     record.init["joined"] = True
     _save()
 

@@ -64,6 +64,13 @@ class DoctorStop(RuntimeError):
     """Raised inside a rank when the doctor already knows the run cannot go on."""
 
 
+class TorchrunScript(BaseException):
+    """Raised in a script run as Python that needs torchrun's variables before starting a process.
+
+    A ``BaseException``, so that the script's own ``except Exception`` lets it through.
+    """
+
+
 _state: dict = {"installed": False, "record": None}
 _local = threading.local()
 
@@ -225,6 +232,14 @@ def _mark_done() -> None:
             _state["store"].set(f"doctor/done/{record.claimed_rank}", done)
         except Exception:  # the store may be gone at the very end
             pass
+
+
+def _wants_torchrun(variable: str, line: int | None) -> None:
+    """Note that the script needs torchrun's ``variable`` to go on, and end its Python run."""
+    record = _state["record"]
+    record.torchrun = {"variable": variable, "line": line}
+    _save()
+    raise TorchrunScript(variable)
 
 
 def _stop(stage: str, evidence: str, line: int | None = None) -> None:

@@ -144,21 +144,21 @@ def read(path: str | Path) -> Reading:
         for n in _top_level(tree, skip_main=False)
         if isinstance(n, ast.Call) and _name(n) == "init_process_group"
     ]
-    if spawns:
+    if spawns or main_blocks or top_inits or _top_level_starts(tree):
+        # run as Python first: how it starts its processes, if it does, is what it
+        # does then; one that needs torchrun's variables instead is run under torchrun
         reading.mode = SCRIPT
-    elif main_blocks and _joins_from_environment(tree):
-        reading.mode = TORCHRUN
+        reading.reads_torchrun = _joins_from_environment(tree)
     elif "main" in functions:
         reading.mode = WORKER
         reading.lines["spawning"] = functions["main"].lineno  # what the processes call
-    elif main_blocks or top_inits:
-        reading.mode = TORCHRUN
     else:
         reading.problem = (
             f"{path.name} has no way to start: no main(rank, world_size, ...) function, no "
-            "`if __name__ == \"__main__\":` block (one that calls mp.spawn, or one that "
-            "torchrun can run) and no top-level init_process_group; define "
-            "main(rank, world_size, ...) as the course's workers do, or add the __main__ block"
+            "`if __name__ == \"__main__\":` block (one that starts the processes, or one "
+            "that torchrun can run) and no top-level code that starts processes or joins a "
+            "group; define main(rank, world_size, ...) as the course's workers do, or add "
+            "the __main__ block"
         )
         return reading
     reading.asks_device_count = bool(
@@ -170,6 +170,17 @@ def read(path: str | Path) -> Reading:
     _read_data(reading, tree, functions)
     _read_model(reading, tree, functions)
     return reading
+
+
+#: Calls that start processes without torch's launchers, found at the top level of a file.
+PROCESS_STARTERS = frozenset({"Process", "Pool", "elastic_launch"})
+
+
+def _top_level_starts(tree: ast.Module) -> bool:
+    """True when code outside any function starts processes (``Process(...).start()``...)."""
+    return any(
+        isinstance(n, ast.Call) and _name(n) in PROCESS_STARTERS for n in _top_level(tree)
+    )
 
 
 def _every_interface(value: object) -> str | None:

@@ -92,11 +92,15 @@ class Reading:
     Attributes:
         path: the file.
         problem: set when the file cannot be diagnosed at all (a one-line reason).
-        mode: how to start it: ``"script"`` (its ``__main__`` block calls
-            ``mp.spawn``: run it as a whole), ``"torchrun"`` (it joins a group
-            from the environment torchrun sets: run it under torchrun) or
-            ``"worker"`` (it defines ``main(rank, world_size, ...)``: the
-            doctor starts the processes and calls it).
+        mode: how to start it: ``"script"`` (it has a ``__main__`` block, or
+            top-level code that starts processes or joins a group: run it as
+            Python, as a whole), ``"torchrun"`` (run as Python, it needed a
+            variable torchrun sets before it started any process: the doctor
+            then runs it under torchrun) or ``"worker"`` (it only defines
+            ``main(rank, world_size, ...)``: the doctor starts the processes
+            and calls it).
+        reads_torchrun: the code reads the variables torchrun sets (``RANK``,
+            ``init_process_group()`` from ``env://``...).
         findings: mistakes the code suggests (the run confirms or not).
         warnings: what is worth knowing though no stage is at fault
             (listening on every network interface, ...).
@@ -126,6 +130,7 @@ class Reading:
     hard_nccl: bool = False
     asks_device_count: bool = False
     unstartable: bool = False
+    reads_torchrun: bool = False
 
     def source(self, line: int | None) -> str:
         """The text of ``line`` (stripped), or ``""``."""

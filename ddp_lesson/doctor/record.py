@@ -106,8 +106,16 @@ class ProcessRecord:
             be called with the arguments given.
         stop: ``{"stage", "evidence", "line", "time"}`` when the doctor stopped it.
         stopped_at: the line it was running when the deadline stopped it.
-        spawns: for the script's own process, ``{"nprocs", "nargs", "line"}``
-            per ``mp.spawn`` call.
+        spawns: for the script's own process, ``{"nprocs", "nargs", "line",
+            "by", "target"}`` per call that started processes: ``by`` names
+            the route (``"mp.spawn"``, ``"start_processes"``,
+            ``"elastic_launch"``, ``"multiprocessing.Process"``,
+            ``"multiprocessing.Pool"``; one entry per line for the last two,
+            ``nprocs`` counting the processes that line started), ``target``
+            the function each process runs.
+        torchrun: for the script's own process run as Python, ``{"variable",
+            "line"}`` when, before starting any process, it needed a variable
+            that only torchrun sets (``RANK``...): it is a script for torchrun.
         script: this is the script's own process, not a rank.
     """
 
@@ -134,6 +142,7 @@ class ProcessRecord:
     stop: dict | None = None
     stopped_at: int | None = None
     spawns: list[dict] = field(default_factory=list)
+    torchrun: dict | None = None
     script: bool = False
 
     @property

@@ -7,7 +7,9 @@ every group the file makes meets) and its tree stop.
 * ``worker``: the doctor starts ``world_size`` warm processes that call
   ``main(rank, world_size, *args)``;
 * ``script``: one warm process runs the file as ``__main__``; the processes
-  its ``mp.spawn`` starts are recorded (see :mod:`.start`);
+  it starts (``mp.spawn``, ``start_processes``, ``elastic_launch``,
+  ``multiprocessing.Process``) are recorded (see :mod:`.start` and
+  :mod:`.start_follow`);
 * ``torchrun``: ``torchrun --standalone --nproc-per-node=N file args`` (the
   course's loopback-only runner, :func:`ddp_lesson.launch.torchrun_agent`),
   each process it starts forked warm and recorded (:func:`.start.torchrun_rank`).
@@ -74,7 +76,7 @@ def describe(reading: Reading, world_size: int, args: Sequence) -> str:
     if reading.mode == TORCHRUN:
         return f"torchrun --standalone --nproc-per-node={world_size} {tail}"
     if reading.mode == SCRIPT:
-        return f"python {tail} (its mp.spawn starts the processes)"
+        return f"python {tail}"
     given = ", ".join(["rank", str(world_size), *map(repr, args)])
     from ..reports import counted
 
@@ -150,7 +152,8 @@ def run_probed(reading: Reading, world_size: int, timeout_s: float, args: Sequen
         outcome.ranks = _collect(Path(folder) / "ranks")
         scripts = _collect(Path(folder) / "script")
         outcome.script = scripts[0] if scripts else None
-        outcome.kept = sandbox.written(sandbox.root(folder))
+        outcome.kept = [p for p in sandbox.written(sandbox.root(folder)) if not _elastic_log(p)]
+        sandbox.remove_torch_files(sandbox.root(folder))
         shutil.rmtree(folder, ignore_errors=True)
     if supervisor is not None:
         outcome.timed_out = supervisor.timed_out
@@ -158,7 +161,20 @@ def run_probed(reading: Reading, world_size: int, timeout_s: float, args: Sequen
         outcome.codes = [c.returncode for c in supervisor.commands]
         if supervisor.commands:
             outcome.output = supervisor.commands[0].output
+    if outcome.script is not None and outcome.script.spawns:
+        outcome.launch += f" (it starts its processes with {outcome.script.spawns[0]['by']})"
     return outcome
+
+
+#: How torch's elastic agent names the folder of its processes' logs, which it makes in
+#: the temporary folder (``torch/distributed/elastic/multiprocessing/api.py``).
+ELASTIC_LOG_PREFIX = "torchelastic_"
+
+
+def _elastic_log(path: str) -> bool:
+    """A path under the log folder of an elastic agent the script started: torch's, not its."""
+    inside = os.path.relpath(path, tempfile.gettempdir())
+    return inside.startswith(ELASTIC_LOG_PREFIX) and not inside.startswith("..")
 
 
 def _collect(folder: Path) -> list[ProcessRecord]:

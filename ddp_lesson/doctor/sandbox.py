@@ -42,186 +42,51 @@ import stat
 import sys
 from collections.abc import Sequence
 
-#: Paths used as they are, whatever the script does.
-SYSTEM = ("/dev", "/proc", "/sys")
+from ..launch import torch_hooks
+from . import layer
+from .layer import remove_torch_files, root, written
 
-#: What :func:`install` replaced: name -> (owner, original).
+__all__ = ["install", "programs_started", "remove_torch_files", "root", "written"]
+
+#: What :func:`install` replaced: name -> (owner, original). One per process:
+#: the diagnosed process installs once, the ranks it forks inherit it.
 _original: dict[str, tuple[object, object]] = {}
 
-#: The layer's folders, once installed: {"files": ..., "gone": ..., "pass": (...)}.
-_layer: dict[str, object] = {}
-
-# the real functions, for the layer's own use
+# the real functions, for the replacements' own use
 _open = io.open
 _os_open = os.open
 _stat = os.stat
 _lstat = os.lstat
-_listdir = os.listdir
 _mkdir = os.mkdir
-_makedirs = os.makedirs
 _unlink = os.unlink
 _rmdir = os.rmdir
 _replace = os.replace
 _rmtree = shutil.rmtree
+_scandir = os.scandir
+_FileIO = io.FileIO
+_access = os.access
+_symlink = os.symlink
+_link = os.link
 
 #: ``os.open`` flags that change a file.
 _WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
-def _absolute(path, dir_fd: int | None = None) -> str | None:
-    """``path`` as a normalised absolute path; ``None`` for an open file descriptor."""
-    if isinstance(path, int):
-        return None
-    text = os.fsdecode(os.fspath(path))
-    if not os.path.isabs(text):
-        base = os.getcwd() if dir_fd is None else os.readlink(f"/proc/self/fd/{dir_fd}")
-        text = os.path.join(base, text)
-    return os.path.normpath(text)
-
-
-#: Names of files torch writes for itself wherever its temporary folder is
-#: (``mp.spawn``'s error file per rank, made and removed by the process that
-#: starts the ranks): never the script's writes, whichever folder they are in.
-TORCH_OWN_NAMES = ("pytorch-errorfile-",)
-
-
-def _passes(path: str) -> bool:
-    """Whether ``path`` is used as it is (the doctor's own, torch's own, or the system's)."""
-    if os.path.basename(path).startswith(TORCH_OWN_NAMES):
-        return True
-    for prefix in _layer["pass"]:
-        if path == prefix or path.startswith(prefix if prefix.endswith("-") else prefix + "/"):
-            return True
-    return False
-
-
-def _copy_of(path: str) -> str:
-    return str(_layer["files"]) + path
-
-
-def _mark(path: str) -> str:
-    # a folder per path: a deleted folder's own mark and its files' marks can coexist
-    return os.path.join(str(_layer["gone"]) + path, ".gone")
-
-
-def _exists(path: str) -> bool:
-    try:
-        _lstat(path)
-    except OSError:
-        return False
-    return True
-
-
-def _isdir(path: str) -> bool:
-    try:
-        return stat.S_ISDIR(_stat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _gone(path: str) -> bool:
-    """Whether ``path`` or a folder above it was deleted in the layer (and not made again)."""
-    while True:
-        if _exists(_copy_of(path)):
-            return False
-        if _exists(_mark(path)):
-            return True
-        parent = os.path.dirname(path)
-        if parent == path:
-            return False
-        path = parent
-
-
-def _seen(path: str) -> str | None:
-    """Where ``path`` is read from: the layer's copy, the real path, or ``None`` (deleted)."""
-    copy = _copy_of(path)
-    if _exists(copy):
-        return copy
-    return None if _gone(path) else path
-
-
-def _present(path: str) -> str | None:
-    """Like :func:`_seen`, but ``None`` also when nothing lies there."""
-    seen = _seen(path)
-    return seen if seen is not None and _exists(seen) else None
-
-
-def _missing(path: str) -> FileNotFoundError:
-    return FileNotFoundError(2, "No such file or directory", path)
-
-
-def _unmark(path: str) -> None:
-    """``path`` exists again: drop its deletion mark, and keep a deleted folder's old files gone."""
-    if not _gone(path):
-        return
-    mark = _mark(path)
-    if _exists(mark):
-        _unlink(mark)
-    real_folder = not _exists(_copy_of(path)) and _isdir(path)
-    _makedirs(os.path.dirname(_copy_of(path)), exist_ok=True)
-    if real_folder:
-        for name in _listdir(path):
-            _mark_gone(os.path.join(path, name))
-
-
-def _mark_gone(path: str) -> None:
-    _makedirs(os.path.dirname(_mark(path)), exist_ok=True)
-    with _open(_mark(path), "w"):
-        pass
-
-
-def _writable_copy(path: str, keep: bool) -> str:
-    """The layer's copy of ``path``, ready to be written; ``keep``: with the content it had."""
-    copy = _copy_of(path)
-    if _exists(copy):
-        return copy
-    parent = _present(os.path.dirname(path))
-    if parent is None or not _isdir(parent):
-        raise _missing(path)  # as the real file system would answer
-    existed = _present(path)
-    _unmark(path)
-    _makedirs(os.path.dirname(copy), exist_ok=True)
-    if existed is not None and _isdir(existed):
-        _mkdir(copy)
-    elif existed is not None and keep:
-        shutil.copy2(existed, copy)  # (a path of the layer's own: passes)
-    return copy
-
-
-def _for_writing(path, keep: bool, dir_fd: int | None = None):
-    """What to hand the real function that writes ``path``."""
-    where = _absolute(path, dir_fd)
-    if where is None or _passes(where):
-        return path
-    return _writable_copy(where, keep)
-
-
-def _for_reading(path, dir_fd: int | None = None):
-    where = _absolute(path, dir_fd)
-    if where is None or _passes(where):
-        return path
-    seen = _seen(where)
-    if seen is None:
-        raise _missing(os.fsdecode(os.fspath(path)))
-    return seen
-
-
-def _writes(mode: str) -> bool:
-    return any(flag in mode for flag in "wxa+")
+def _file_for(file, mode: str):
+    """Where ``open(file, mode)`` really opens ``file`` (a path, not a descriptor)."""
+    if not layer.writes(mode):
+        return layer.for_reading(file)
+    where = layer.absolute(file)
+    if "x" in mode and not layer.passes(where) and layer.present_at(where):
+        raise FileExistsError(17, "File exists", os.fsdecode(os.fspath(file)))
+    if layer.torch_own(where):
+        layer.note_torch_own(where)
+    return layer.for_writing(file, keep="a" in mode or ("r" in mode and "+" in mode))
 
 
 def _opened(original):
     def open(file, mode="r", *args, **kwargs):
-        if isinstance(file, int):
-            return original(file, mode, *args, **kwargs)
-        if _writes(mode):
-            where = _absolute(file)
-            if not _passes(where) and "x" in mode and _present(where):
-                raise FileExistsError(17, "File exists", os.fsdecode(os.fspath(file)))
-            keep = "a" in mode or ("r" in mode and "+" in mode)
-            target = _for_writing(file, keep)
-        else:
-            target = _for_reading(file)
+        target = file if isinstance(file, int) else _file_for(file, mode)
         return original(target, mode, *args, **kwargs)
 
     return open
@@ -229,111 +94,210 @@ def _opened(original):
 
 def _os_opened(path, flags, mode=0o777, *, dir_fd=None):
     if flags & _WRITES:
-        where = _absolute(path, dir_fd)
-        if not _passes(where) and flags & os.O_CREAT and flags & os.O_EXCL and _present(where):
+        where = layer.absolute(path, dir_fd)
+        exclusive = flags & os.O_CREAT and flags & os.O_EXCL
+        if exclusive and not layer.passes(where) and layer.present_at(where):
             raise FileExistsError(17, "File exists", os.fsdecode(os.fspath(path)))
-        target = _for_writing(path, keep=not flags & os.O_TRUNC, dir_fd=dir_fd)
+        target = layer.for_writing(path, keep=not flags & os.O_TRUNC, dir_fd=dir_fd)
     else:
-        target = _for_reading(path, dir_fd)
+        target = layer.for_reading(path, dir_fd)
     return _os_open(target, flags, mode, dir_fd=None if target is not path else dir_fd)
 
 
 def _stat_of(original):
     def stat_(path, *, dir_fd=None, **follow_symlinks):
-        target = _for_reading(path, dir_fd)
+        target = layer.for_reading(path, dir_fd)
         fd = None if target is not path else dir_fd
         return original(target, dir_fd=fd, **follow_symlinks)
 
     return stat_
 
 
-def _listed(path="."):
-    where = _absolute(path)
-    if where is None or _passes(where):
-        return _listdir(path)
-    seen = _seen(where)
+class _Entry:
+    """What ``os.scandir`` yields for a name the layer lists (``os.DirEntry``'s interface)."""
+
+    def __init__(self, folder, name, seen: str):
+        self.name, self.path, self._seen = name, os.path.join(folder, name), seen
+
+    def __fspath__(self):
+        return self.path
+
+    def __repr__(self):
+        return f"<DirEntry {self.name!r}>"
+
+    def stat(self, *, follow_symlinks=True):
+        return (_stat if follow_symlinks else _lstat)(self._seen)
+
+    def inode(self):
+        return _lstat(self._seen).st_ino
+
+    def _mode(self, follow_symlinks: bool) -> int:
+        try:
+            return self.stat(follow_symlinks=follow_symlinks).st_mode
+        except OSError:
+            return 0
+
+    def is_dir(self, *, follow_symlinks=True):
+        return stat.S_ISDIR(self._mode(follow_symlinks))
+
+    def is_file(self, *, follow_symlinks=True):
+        return stat.S_ISREG(self._mode(follow_symlinks))
+
+    def is_symlink(self):
+        return stat.S_ISLNK(self._mode(False))
+
+
+class _Scan:
+    """``os.scandir``'s iterator over the layer's entries, usable in a ``with`` block."""
+
+    def __init__(self, entries):
+        self._entries = iter(entries)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._entries)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def close(self):
+        self._entries = iter(())
+
+
+def _scanned(path="."):
+    where = layer.absolute(path)
+    if where is None or layer.passes(where):
+        return _scandir(path)
+    folder = "." if path in (".", b".") else path
+    return _Scan(
+        [_Entry(folder, name, layer.present_at(os.path.join(where, os.fsdecode(name))))
+         for name in layer.listed(path)]
+    )  # fmt: skip
+
+
+class _LayeredFileIO(_FileIO):
+    """``io.FileIO`` opened through the layer (``builtins.open`` does not use this name)."""
+
+    def __init__(self, file, mode="r", closefd=True, opener=None):
+        target = file if isinstance(file, int) else _file_for(file, mode)
+        super().__init__(target, mode, closefd, opener)
+
+
+def _accessed(path, mode, *, dir_fd=None, **kwargs):
+    if isinstance(path, int):
+        return _access(path, mode, **kwargs)
+    try:
+        target = layer.for_reading(path, dir_fd)
+    except FileNotFoundError:
+        return False
+    return _access(target, mode, dir_fd=None if target is not path else dir_fd, **kwargs)
+
+
+def _symlinked(src, dst, target_is_directory=False, *, dir_fd=None):
+    """``os.symlink``: the link is made in the layer and leads into the layer.
+
+    A link to a file the user has is made to a copy of it, so that writing
+    through the link never reaches the user's file; a link to a folder
+    leads to the layer's folder of that name, which shows what the run
+    wrote there, not the user's files in it.
+    """
+    where = layer.absolute(dst, dir_fd)
+    if layer.passes(where):
+        return _symlink(src, dst, target_is_directory, dir_fd=dir_fd)
+    if layer.present_at(where):
+        raise FileExistsError(17, "File exists", os.fsdecode(os.fspath(dst)))
+    text = os.fsdecode(src)
+    pointed = os.path.normpath(os.path.join(os.path.dirname(where), text))
+    if not layer.passes(pointed):
+        if layer.present_at(pointed) == pointed:  # only the user's: take a copy first
+            layer.writable_copy(pointed, keep=True)
+        # (a relative link already leads there: the layer mirrors the folders)
+        text = layer.copy_of(pointed) if os.path.isabs(text) else text
+    _symlink(text, layer.writable_copy(where, keep=False), target_is_directory)
+    return None
+
+
+def _hard_linked(src, dst, *, src_dir_fd=None, dst_dir_fd=None, follow_symlinks=True):
+    """``os.link``: a copy in the layer, not a second name for the user's file."""
+    source, where = layer.absolute(src, src_dir_fd), layer.absolute(dst, dst_dir_fd)
+    if layer.passes(source) and layer.passes(where):
+        return _link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd,
+                     follow_symlinks=follow_symlinks)  # fmt: skip
+    seen = layer.present_at(source)
     if seen is None:
-        raise _missing(os.fsdecode(os.fspath(path)))
-    names = set()
-    if seen == where or (_isdir(where) and not _gone(where)):
-        names.update(_listdir(where))
-    if _exists(_copy_of(where)):
-        names.update(_listdir(_copy_of(where)))
-    names = sorted(n for n in names if _present(os.path.join(where, n)))
-    return [os.fsencode(n) for n in names] if isinstance(path, bytes) else names
+        raise layer.missing(os.fsdecode(os.fspath(src)))
+    if layer.present_at(where):
+        raise FileExistsError(17, "File exists", os.fsdecode(os.fspath(dst)))
+    into = where if layer.passes(where) else layer.writable_copy(where, keep=False)
+    shutil.copy2(seen, into)
+    return None
 
 
 def _removed(folder: bool):
     def remove(path, *, dir_fd=None):
-        where = _absolute(path, dir_fd)
-        if _passes(where):
+        where = layer.absolute(path, dir_fd)
+        if layer.passes(where):
             return (_rmdir if folder else _unlink)(path, dir_fd=dir_fd)
-        seen = _present(where)
+        seen = layer.present_at(where)
         if seen is None:
-            raise _missing(os.fsdecode(os.fspath(path)))
+            raise layer.missing(os.fsdecode(os.fspath(path)))
         if folder:
-            if _listed(where):
+            if layer.listed(where):
                 raise OSError(39, "Directory not empty", os.fsdecode(os.fspath(path)))
         elif stat.S_ISDIR(_lstat(seen).st_mode):
             raise IsADirectoryError(21, "Is a directory", os.fsdecode(os.fspath(path)))
-        _drop(where)
+        layer.drop(where)
 
     return remove
 
 
-def _drop(where: str) -> None:
-    """Delete ``where`` in the layer: its copy goes, the real path gets a mark."""
-    copy = _copy_of(where)
-    if _isdir(copy) and not stat.S_ISLNK(_lstat(copy).st_mode):
-        _rmtree(copy)
-    elif _exists(copy):
-        _unlink(copy)
-    if _exists(where):
-        _mark_gone(where)
-
-
 def _rmtree_layer(path, ignore_errors=False, onerror=None, *args, **kwargs):
-    where = _absolute(path, kwargs.get("dir_fd"))
-    if where is None or _passes(where):
+    where = layer.absolute(path, kwargs.get("dir_fd"))
+    if where is None or layer.passes(where):
         return _rmtree(path, ignore_errors, onerror, *args, **kwargs)
-    if _present(where) is None:
+    if layer.present_at(where) is None:
         if ignore_errors:
             return None
-        raise _missing(os.fsdecode(os.fspath(path)))
-    _drop(where)
+        raise layer.missing(os.fsdecode(os.fspath(path)))
+    layer.drop(where)
     return None
 
 
 def _moved(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
-    source, target = _absolute(src, src_dir_fd), _absolute(dst, dst_dir_fd)
-    if _passes(source) and _passes(target):
+    source, target = layer.absolute(src, src_dir_fd), layer.absolute(dst, dst_dir_fd)
+    if layer.passes(source) and layer.passes(target):
         return _replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-    seen = source if _passes(source) else _present(source)
+    seen = source if layer.passes(source) else layer.present_at(source)
     if seen is None:
-        raise _missing(os.fsdecode(os.fspath(src)))
-    into = target if _passes(target) else _writable_copy(target, keep=False)
-    if _isdir(into) and not _isdir(seen):
+        raise layer.missing(os.fsdecode(os.fspath(src)))
+    into = target if layer.passes(target) else layer.writable_copy(target, keep=False)
+    if layer.is_folder(into) and not layer.is_folder(seen):
         raise IsADirectoryError(21, "Is a directory", os.fsdecode(os.fspath(dst)))
-    if _isdir(seen):
-        if _isdir(into):
+    if layer.is_folder(seen):
+        if layer.is_folder(into):
             _rmtree(into)
         shutil.copytree(seen, into, symlinks=True)
     else:
         shutil.copy2(seen, into)
-    if _passes(source):
+    if layer.passes(source):
         _unlink(source)
     else:
-        _drop(source)
+        layer.drop(source)
 
 
 def _made_folder(path, mode=0o777, *, dir_fd=None):
-    where = _absolute(path, dir_fd)
-    if _passes(where):
+    where = layer.absolute(path, dir_fd)
+    if layer.passes(where):
         return _mkdir(path, mode, dir_fd=dir_fd)
-    if _present(where):
+    if layer.present_at(where):
         raise FileExistsError(17, "File exists", os.fsdecode(os.fspath(path)))
-    copy = _writable_copy(where, keep=False)
-    if not _exists(copy):
+    copy = layer.writable_copy(where, keep=False)
+    if not layer.lexists(copy):
         _mkdir(copy, mode)
     return None
 
@@ -345,7 +309,7 @@ def _changed(original, keep: bool = True):
         if isinstance(path, int):
             return original(path, *args, **kwargs)
         dir_fd = kwargs.pop("dir_fd", None)
-        target = _for_writing(path, keep, dir_fd)
+        target = layer.for_writing(path, keep, dir_fd)
         if target is path and dir_fd is not None:
             kwargs["dir_fd"] = dir_fd
         return original(target, *args, **kwargs)
@@ -356,7 +320,7 @@ def _changed(original, keep: bool = True):
 def _zipfile_writer(original):
     def writer(name_or_buffer):
         if isinstance(name_or_buffer, (str, os.PathLike)):
-            name_or_buffer = os.fsdecode(_for_writing(name_or_buffer, keep=False))
+            name_or_buffer = os.fsdecode(layer.for_writing(name_or_buffer, keep=False))
         return original(name_or_buffer)
 
     return writer
@@ -366,11 +330,6 @@ def _replace_in(owner: object, name: str, value: object) -> None:
     key = f"{getattr(owner, '__name__', owner)}.{name}"
     _original.setdefault(key, (owner, getattr(owner, name)))
     setattr(owner, name, value)
-
-
-def root(folder: str) -> str:
-    """The layer's folder inside a run's folder (one per run, shared by its processes)."""
-    return os.path.join(folder, "sandbox")
 
 
 def install(root: str, passthrough: Sequence[str] = ()) -> None:
@@ -385,15 +344,8 @@ def install(root: str, passthrough: Sequence[str] = ()) -> None:
         passthrough: paths (or prefixes ending in ``-``) used as they are:
             the doctor's and the launch's own folders.
     """
-    if _layer:
+    if not layer.configure(root, passthrough):
         return
-    root = os.path.abspath(root)
-    _layer.update(
-        files=os.path.join(root, "files"),
-        gone=os.path.join(root, "gone"),
-        **{"pass": (root, *SYSTEM, *passthrough)},
-    )
-    _makedirs(root, exist_ok=True)
     sys.dont_write_bytecode = True  # no __pycache__ beside the learner's modules
     opened = _opened(_open)
     _replace_in(builtins, "open", opened)
@@ -401,7 +353,12 @@ def install(root: str, passthrough: Sequence[str] = ()) -> None:
     _replace_in(os, "open", _os_opened)
     _replace_in(os, "stat", _stat_of(_stat))
     _replace_in(os, "lstat", _stat_of(_lstat))
-    _replace_in(os, "listdir", _listed)
+    _replace_in(os, "listdir", layer.listed)
+    _replace_in(os, "scandir", _scanned)
+    _replace_in(os, "access", _accessed)
+    _replace_in(os, "symlink", _symlinked)
+    _replace_in(os, "link", _hard_linked)
+    _replace_in(io, "FileIO", _LayeredFileIO)
     _replace_in(os, "mkdir", _made_folder)
     _replace_in(os, "remove", _removed(folder=False))
     _replace_in(os, "unlink", _removed(folder=False))
@@ -412,27 +369,7 @@ def install(root: str, passthrough: Sequence[str] = ()) -> None:
     _replace_in(os, "chmod", _changed(os.chmod))
     _replace_in(os, "truncate", _changed(os.truncate))
     _replace_in(shutil, "rmtree", _rmtree_layer)
-    serialization = sys.modules.get("torch.serialization")
-    if serialization is not None:
-        writer = _zipfile_writer(serialization._open_zipfile_writer)
-        _replace_in(serialization, "_open_zipfile_writer", writer)
-
-
-def written(root: str) -> list[str]:
-    """The user's paths a run under ``root`` wrote or deleted (kept in the layer), sorted."""
-    found = set()
-    files, gone = os.path.join(root, "files"), os.path.join(root, "gone")
-    for top, folders, names in os.walk(files):
-        found.update(os.path.join(top, n)[len(files) :] for n in names)
-        real = top[len(files) :]
-        # a folder made and left empty; not one that was there already (the
-        # layer makes the folders above a file it keeps, and the file may go)
-        if not folders and not names and top != files and not os.path.isdir(real):
-            found.add(real)
-    for top, _, names in os.walk(gone):
-        if ".gone" in names:
-            found.add(top[len(gone) :])
-    return sorted(found)
+    torch_hooks.wrap(torch_hooks.ZIPFILE_WRITER, _zipfile_writer)
 
 
 #: Calls that start another program, whose writes no Python layer can see.

@@ -21,7 +21,8 @@ for that, which spares each one the seconds of importing torch again.
 from __future__ import annotations
 
 import builtins
-import contextlib
+import multiprocessing
+import multiprocessing.util
 import os
 import pickle
 import random
@@ -35,7 +36,8 @@ from pathlib import Path
 import torch
 
 from ..launch import torch_hooks
-from . import probe
+from . import probe, start_follow
+from .read_terms import TORCHRUN_VARIABLES
 from .record import Settings
 
 #: torch's own ``start_processes``, which the script's process hands its spawns to.
@@ -59,8 +61,13 @@ def _fresh_main(path: str) -> types.ModuleType:
     return module
 
 
-def forked_rank(index: int, nprocs: int, payload: bytes) -> None:
-    """A process of a script's ``mp.spawn``, forked, then made what spawn would have made."""
+def forked_rank(index: int, nprocs: int, payload: bytes | None) -> None:
+    """A process of a script's ``mp.spawn``, forked, then made what spawn would have made.
+
+    ``payload`` is the pickled function and arguments; ``None`` when they
+    hold what only inheritance may pass (torch's elastic agent hands its
+    processes queues), which the fork then carries (:data:`_inherited`).
+    """
     settings = probe.settings()
     probe.install(settings, index, nprocs=nprocs)
     # a new interpreter starts with seeds of its own
@@ -74,33 +81,59 @@ def forked_rank(index: int, nprocs: int, payload: bytes) -> None:
         probe.current().error = probe.error_entry(error, **{"import": True})
         probe.save()
         raise
-    fn, args = pickle.loads(payload)
+    fn, args = pickle.loads(payload) if payload is not None else _inherited[0]
     probe.call_main(index, fn, args)
+
+
+#: The function and arguments of the processes being forked, when they cannot be pickled.
+_inherited: list[tuple[Callable, tuple]] = []
+
+
+def _route(fn: Callable, args: tuple) -> tuple[str, str]:
+    """How the learner started processes (``mp.spawn``, ``elastic_launch``...), and what runs."""
+    by = "start_processes"
+    frame = sys._getframe(2)
+    while frame is not None and not probe._is_learner(frame.f_code.co_filename):
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("torch.distributed.launcher"):
+            by = "elastic_launch"
+        elif frame.f_code is _spawn.__code__ and by == "start_processes":
+            by = "mp.spawn"
+        frame = frame.f_back
+    target = fn
+    if getattr(fn, "__module__", "").startswith("torch.distributed.elastic") and args:
+        target = args[0]  # the agent's wrapper runs the learner's function, its first argument
+    return by, getattr(target, "__name__", type(target).__name__)
 
 
 def _start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
     """``mp.start_processes`` in the script's process: recorded, each process probed."""
+    by, runs = _route(fn, tuple(args))
     probe.current().spawns.append(
-        {"nprocs": nprocs, "nargs": len(args), "line": probe.learner_line()}
-    )
+        {"nprocs": nprocs, "nargs": len(args), "line": probe.learner_line(), "by": by,
+         "target": runs}
+    )  # fmt: skip
     probe.save()
     if start_method == "spawn" and not torch.cuda.is_initialized():
-        payload = pickle.dumps((fn, tuple(args)))  # fails where spawn would
+        try:
+            payload = pickle.dumps((fn, tuple(args)))  # fails where spawn would
+        except RuntimeError as error:
+            if "inheritance" not in str(error):  # (what spawn alone may pickle)
+                raise
+            payload = None
+            _inherited[:] = [(fn, tuple(args))]
         sys.stdout.flush()
         sys.stderr.flush()
         target, given, method = forked_rank, (nprocs, payload), "fork"
     else:
         target, given, method = rank_entry, (probe.settings(), nprocs, fn, *args), start_method
-    context = _torch_start[0](target, given, nprocs, False, daemon, start_method=method)
+    with start_follow.inside_torch_start():
+        context = _torch_start[0](target, given, nprocs, False, daemon, start_method=method)
     if not join:
         return context
-    try:
-        while not context.join():
-            pass
-    finally:  # torch leaves the error files of ranks that raised behind
-        for path in context.error_files:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+    # (torch leaves a raising rank's error file behind: the doctor's run removes it)
+    while not context.join():
+        pass
     return None
 
 
@@ -145,6 +178,9 @@ def script_process(index: int, settings: Settings, path: str, argv: list[str]) -
     torch_hooks.wrap(torch_hooks.START_PROCESSES, _recorded)
     torch_hooks.wrap(torch_hooks.SPAWN, _recorded_spawn)
     probe.install(settings, index, script=True)
+    # as in `python FILE`: no start method chosen yet (this process was forked by a forkserver)
+    multiprocessing.set_start_method(None, force=True)
+    start_follow.follow()
     record = probe.current()
     probe.save()
     code = 0
@@ -154,11 +190,25 @@ def script_process(index: int, settings: Settings, path: str, argv: list[str]) -
         code = probe.exit_code(done)
         if code:
             record.error = probe.error_entry(done)
+    except probe.TorchrunScript:
+        pass  # a script for torchrun: the doctor runs it again under torchrun
+    except probe.DoctorStop:
+        code = 1  # the evidence is the record's stop
+    except KeyError as error:
+        key = error.args[0] if error.args else None
+        if key in TORCHRUN_VARIABLES and not record.spawns:  # (os.environ["RANK"]...)
+            record.torchrun = {"variable": key, "line": probe.error_entry(error)["line"]}
+        else:
+            record.error = probe.error_entry(error)
+            code = 1
     except BaseException as error:
         record.error = probe.error_entry(error)
         code = 1
     record.returned = code == 0
     probe.save()
+    # os._exit runs no finaliser: release the semaphores the script's queues hold (torch's
+    # elastic agent makes some) as Python's exit would, or the resource tracker warns of leaks
+    multiprocessing.util._run_finalizers(0)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -12,7 +12,8 @@ lesson cells, the checks', widgets' and doctor's ranks, whole scripts and
 ``torchrun``. Its parts: :mod:`.processes` (the process tree and how it is
 stopped), :mod:`.capture` (what processes print), :mod:`.ranks` (what every
 rank does before its function), :mod:`.errors` (the messages), :mod:`.scripts`
-and :mod:`.elastic` (whole programs and ``torchrun``). What the warm server
+and :mod:`.elastic` (whole programs and ``torchrun``), :mod:`.membership`
+(an elastic ``torchrun`` job whose nodes join and leave). What the warm server
 imports once is :mod:`ddp_lesson.warm`.
 """
 
@@ -26,6 +27,7 @@ from .elastic import LOOPBACK, TORCHRUN_ENV, WARM_START_METHOD, TorchrunRun, tor
 from .elastic import main as torchrun_agent
 from .errors import LaunchError, LaunchInterrupted, LaunchTimeout
 from .folders import FOLDER_PREFIX
+from .membership import torchrun_resizing
 from .notebooks import execute_notebook
 from .processes import STOP_GRACE_S
 from .processes import descendants as child_processes
@@ -68,7 +70,9 @@ def bounded(
     Args:
         world_size: the number of ranks the block will start; checked here,
             so that 0 (what ``torch.cuda.device_count()`` says on a CPU-only
-            machine) fails with an explanation instead of starting nothing.
+            machine) fails with an explanation instead of starting nothing,
+            and again at ``mp.spawn``: a call with another ``nprocs`` fails
+            at once, before any rank starts, naming both numbers.
         timeout_s: seconds after which every process still running is
             stopped and :class:`LaunchTimeout` is raised.
         threads_per_rank: torch threads for each rank; defaults to
@@ -81,7 +85,8 @@ def bounded(
         A :class:`Supervisor`; ``run.port`` is where the group meets.
 
     Raises:
-        LaunchError: a rank raised or died; the message names it.
+        LaunchError: a rank raised or died (the message names it), or
+            ``mp.spawn``'s ``nprocs`` is not ``world_size``.
         LaunchTimeout: the block ran past ``timeout_s``.
         LaunchInterrupted: the cell was interrupted; the ranks were stopped.
     """
@@ -160,5 +165,6 @@ __all__ = [
     "start",
     "torch_hooks",
     "torchrun",
+    "torchrun_resizing",
     "warm_up",
 ]

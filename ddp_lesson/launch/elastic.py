@@ -26,20 +26,19 @@ What the course adds around torchrun, and nothing more:
 from __future__ import annotations
 
 import os
-import re
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.distributed as dist
 
-from .. import devices, reports
+from .. import devices
 from ..validate import seconds, whole_number
 from . import errors, torch_hooks
 from .ports import listening_socket
 from .supervisor import Supervisor
+from .torchrun_output import TorchrunRun, failure_text
 
 #: The only address the course's processes listen on.
 LOOPBACK = "127.0.0.1"
@@ -69,13 +68,6 @@ TORCHRUN_ENV = (
     "TORCHELASTIC_USE_AGENT_STORE",
     "TORCHELASTIC_RESTART_COUNT",
 )
-
-# torch's log prefix: "W1202 19:00:20.492000 4756 torch/distributed/run.py:874] "
-_LOG_PREFIX = re.compile(r"^[DIWEF]\d{4} [\d:.]+ \d+ \S+:\d+\] ?")
-# process ids, ports and paths inside torchrun's messages
-_CHANGING = re.compile(r"(pid: |PID |process |master_port=)\d+")
-_BINARY = re.compile(r"of binary: \S+")
-
 
 class LoopbackTCPStore(dist.TCPStore):
     """A ``TCPStore`` whose server, if it starts one, listens on 127.0.0.1 only.
@@ -217,69 +209,6 @@ def main(argv: Sequence[str] | None = None, worker: Callable[..., None] | None =
     torchrun_module.main(argv)
 
 
-@dataclass
-class TorchrunRun:
-    """What a :func:`torchrun` call did.
-
-    Attributes:
-        commands: each invocation as you would type it (one per node); the
-            ``--local-addr=127.0.0.1`` the course adds so that nothing listens
-            beyond this machine is left out.
-        reports: the ranks' reports, sorted by global rank.
-        outputs: what each invocation printed (torchrun's log and the ranks'
-            output), one string per node.
-        restarts: how many times torchrun restarted its worker group, per node.
-        elapsed_s: wall time of the whole launch.
-        note: how the simulated nodes were given devices, when that needs saying.
-    """
-
-    commands: list[str]
-    reports: list[dict] = field(default_factory=list)
-    outputs: list[str] = field(default_factory=list)
-    restarts: list[int] = field(default_factory=list)
-    elapsed_s: float = 0.0
-    note: str = ""
-
-    @property
-    def command(self) -> str:
-        """The invocations, one per line."""
-        return "\n".join(self.commands)
-
-    def summary(self, columns: Sequence[str], *, digits: int = 4) -> str:
-        """The ranks' reports as a table sorted by global rank."""
-        return reports.table(self.reports, columns, digits=digits)
-
-    @property
-    def printed(self) -> str:
-        r"""What the script itself printed, every node's, without torchrun's log lines.
-
-        >>> TorchrunRun(["torchrun x.py"], outputs=["I1202 19:00:20.4 7 a.py:9] hi\nok"]).printed
-        'ok'
-        """
-        lines = (line for output in self.outputs for line in output.splitlines())
-        return "\n".join(ln for ln in lines if ln.strip() and not _LOG_PREFIX.match(ln))
-
-    def log(self, *words: str) -> list[str]:
-        """torchrun's log messages that contain any of ``words``, without their prefixes.
-
-        Times, process ids and ports change from run to run (they show as
-        ``N``); the messages stay.
-
-        >>> line = "W1202 19:00:20.492000 4756 x.py:9] Sending process 5578 closing signal SIGTERM"
-        >>> run = TorchrunRun(["torchrun x.py"], outputs=[line])
-        >>> run.log("closing")
-        ['Sending process N closing signal SIGTERM']
-        """
-        found = []
-        for output in self.outputs:
-            for line in output.splitlines():
-                message = _CHANGING.sub(r"\1N", _LOG_PREFIX.sub("", line).strip())
-                message = _BINARY.sub("of binary: python", message)
-                if message and any(w in message for w in words):
-                    found.append(message)
-        return found
-
-
 def _flags(
     nproc_per_node: int, nnodes: int, max_restarts: int, endpoint: str | None
 ) -> list[str]:
@@ -326,76 +255,6 @@ def _node_devices(nnodes: int, nproc_per_node: int) -> tuple[list[dict], int, st
     return [{"CUDA_VISIBLE_DEVICES": ",".join(share)} for share in shares], need, note
 
 
-def _failure_blocks(output: str) -> tuple[list[dict[str, str]], int]:
-    """torchrun's failure blocks (rank, exitcode, traceback each), and which is its root cause.
-
-    torchrun lists every rank it saw fail, under "Failures:" and one under
-    "Root Cause (first observed failure):"; ``(blocks, -1)`` when it printed none.
-    """
-    blocks: list[dict[str, str]] = []
-    root = -1
-    for line in output.splitlines():
-        line = _LOG_PREFIX.sub("", line)
-        if line.startswith("Root Cause (first observed failure):"):
-            root = len(blocks)
-        elif re.match(r"^\[\d+\]:$", line.strip()):
-            blocks.append({})
-        elif blocks and line.startswith("  "):
-            key, _, value = (part.strip() for part in line.partition(":"))
-            if key in ("rank", "exitcode", "traceback") and key not in blocks[-1]:
-                blocks[-1][key] = value
-    return blocks, (root if 0 <= root < len(blocks) else -1)
-
-
-def _cause(output: str) -> dict[str, str]:
-    r"""The failure that explains a run: a rank torchrun saw killed, else its root cause.
-
-    torchrun's root cause is the failure with the earliest timestamp in whole
-    seconds, the first rank on a tie: a rank that raised because its peer was
-    killed can come first in the same second. A killed rank raised nothing of
-    its own, so it is the cause whichever torchrun names.
-
-    >>> out = "Failures:\n[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
-    >>> out += "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
-    >>> _cause(out + "  exitcode  : 1 (pid: 6)\n")["rank"]
-    '1 (local_rank: 1)'
-    """
-    blocks, root = _failure_blocks(output)
-    killed = [b for b in blocks if b.get("exitcode", "").startswith("-")]
-    if root >= 0 and (blocks[root] in killed or not killed):
-        return blocks[root]
-    return killed[0] if killed else {}
-
-
-def _failure(run: TorchrunRun, codes: list[int]) -> str:
-    """A few lines on why torchrun failed: the failure that explains it, and the rank's error."""
-    node = next(i for i, c in enumerate(codes) if c != 0)
-    output = run.outputs[node]
-    lines = [f"torchrun (node {node}) exited with code {codes[node]}"]
-    cause = _cause(output)
-    signalled = cause.get("exitcode", "").startswith("-")  # killed: it raised nothing
-    for key in ("rank", "exitcode", "traceback"):
-        value = cause.get(key, "")
-        if value and not value.startswith("Traceback"):
-            lines.append(f"  {key}: " + _CHANGING.sub(r"\1N", value))
-    errors = []
-    for line in output.splitlines():
-        message = re.sub(r"^\[rank\d+\]: ", "", _LOG_PREFIX.sub("", line).strip())
-        if re.match(r"^[\w.]*(Error|Exception)\b", message) and "ChildFailedError" not in message:
-            errors.append(message)
-    # A rank that was killed raised nothing: another rank's error is only the
-    # consequence (its peer vanished), and whether it came in time is luck.
-    if errors and not signalled:
-        said = re.sub(r"\]:\d+", "]", errors[-1])  # a port differs on every run
-        said = said.split(". ", 1)[0]  # its first sentence: the rest is advice that varies
-        lines.append(f"  the rank's error: {said[:200]}")
-    lines.append(
-        "All of torchrun's output is in the exception's .output (or run.outputs): look "
-        "for the worker's traceback above torchrun's summary."
-    )
-    return "\n".join(lines)
-
-
 def torchrun(
     script: str | os.PathLike,
     *args: object,
@@ -439,37 +298,9 @@ def torchrun(
     failed: errors.LaunchError | None = None
     try:
         with Supervisor(None, timeout_s) as launch:
-            handed: dict[str, str] = {}
-            endpoint = None
-            if nnodes > 1:  # the rendezvous store listens on the launch's own socket
-                port, fd = listening_socket()
-                endpoint = f"{LOOPBACK}:{port}"
-                handed = {RDZV_FD_ENV: str(fd), RDZV_PORT_ENV: str(port)}
-            flags = _flags(nproc_per_node, nnodes, max_restarts, endpoint)
-            tail = [str(script), *map(str, args)]
-            # what a learner would type: the course's own --local-addr is left out
-            typed = [f for f in flags if not f.startswith("--local-addr=")]
-            run.commands = [" ".join(["torchrun", *typed, *tail])] * nnodes
-            env: dict[str, str | None] = {key: None for key in TORCHRUN_ENV}
-            env["LOGLEVEL"] = "INFO"  # torchrun's log says when it restarts and why
-            nodes = []
-            for node, own in enumerate(node_env):
-                extra = {**env, **own, **(handed if node == 0 else {})}
-                # each worker runs the script as `python -u script args` would, with the
-                # pause after destroy_process_group, in a process forked from a warm server
-                worker = ["--run-path", WARM_START_METHOD, *tail]
-                argv = [sys.executable, "-c", AGENT, *flags, *worker]
-                nodes.append(
-                    launch.command(
-                        argv,
-                        env=extra,
-                        pass_fds=(int(handed[RDZV_FD_ENV]),) if handed and node == 0 else (),
-                        kept=OUTPUT_KEPT_BYTES,
-                    )
-                )
-            if handed:
-                os.close(int(handed[RDZV_FD_ENV]))  # node 0 holds it now
-            launch.wait(nodes)
+            _start_nodes(launch, run, node_env, [str(script), *map(str, args)],
+                         nproc_per_node, nnodes, max_restarts)  # fmt: skip
+            launch.wait()
     except errors.LaunchTimeout as timeout:
         failed = errors.LaunchTimeout(
             f"torchrun did not finish within {timeout_s:g} s, so it was stopped with every "
@@ -479,19 +310,60 @@ def torchrun(
             "rendezvous, keep torchrun waiting.",
             output=timeout.output,
         )
+    finish(run, launch, failed)
+    return run
+
+
+def _start_nodes(
+    launch: Supervisor, run: TorchrunRun, node_env: list[dict], tail: list[str],
+    nproc_per_node: int, nnodes: int, max_restarts: int,
+) -> None:
+    """Start one torchrun agent per simulated node, all meeting at one rendezvous."""
+    handed: dict[str, str] = {}
+    endpoint = None
+    if nnodes > 1:  # the rendezvous store listens on the launch's own socket
+        port, fd = listening_socket()
+        endpoint = f"{LOOPBACK}:{port}"
+        handed = {RDZV_FD_ENV: str(fd), RDZV_PORT_ENV: str(port)}
+    flags = _flags(nproc_per_node, nnodes, max_restarts, endpoint)
+    # what a learner would type: the course's own --local-addr is left out
+    typed = [f for f in flags if not f.startswith("--local-addr=")]
+    run.commands = [" ".join(["torchrun", *typed, *tail])] * nnodes
+    env: dict[str, str | None] = {key: None for key in TORCHRUN_ENV}
+    env["LOGLEVEL"] = "INFO"  # torchrun's log says when it restarts and why
+    # each worker runs the script as `python -u script args` would, with the
+    # pause after destroy_process_group, in a process forked from a warm server
+    argv = [sys.executable, "-c", AGENT, *flags, "--run-path", WARM_START_METHOD, *tail]
+    for node, own in enumerate(node_env):
+        first = handed and node == 0
+        launch.command(argv, env={**env, **own, **(handed if first else {})},
+                       pass_fds=(int(handed[RDZV_FD_ENV]),) if first else (),
+                       kept=OUTPUT_KEPT_BYTES)  # fmt: skip
+    if handed:
+        os.close(int(handed[RDZV_FD_ENV]))  # node 0 holds it now
+
+
+def finish(
+    run: TorchrunRun, launch: Supervisor, failed: errors.LaunchError | None,
+    codes: list[int | None] | None = None,
+) -> None:
+    """Fill ``run`` from its ended launch; raise ``failed``, or torchrun's failure if any.
+
+    Args:
+        codes: the exit codes that decide whether torchrun failed (default:
+            every node's); a node lost on purpose is left out by its caller.
+    """
     run.outputs = [node.output for node in launch.commands]
     run.reports = launch.reports
     run.elapsed_s = launch.elapsed_s
     run.restarts = [out.count("will restart worker group") for out in run.outputs]
-    codes = [node.returncode for node in launch.commands]
+    codes = [node.returncode for node in launch.commands] if codes is None else codes
     if failed is None and any(codes):
-        failed = errors.LaunchError(_failure(run, codes))
+        failed = errors.LaunchError(failure_text(run, codes))
     if failed is not None:
         failed.output = "\n".join(run.outputs)
         failed.run = run
         raise failed
-    return run
-
 
 if __name__ == "__main__":
     main()

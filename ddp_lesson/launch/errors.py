@@ -411,6 +411,27 @@ def unguarded_start(path: str, line: int) -> str:
     )
 
 
+def other_world_size(nprocs: int, world_size: int) -> str:
+    """The message for a start of ``nprocs`` ranks inside a block made for ``world_size``.
+
+    Args:
+        nprocs: how many ranks the start asked for.
+        world_size: how many the block was made for.
+
+    >>> print(other_world_size(3, 2))  # doctest: +ELLIPSIS
+    mp.spawn(..., nprocs=3) inside launch.bounded(world_size=2): ... (nprocs=world_size).
+    """
+    if nprocs < world_size:
+        what = f"only {nprocs} of its {world_size} ranks would start and wait for the rest"
+    else:
+        what = f"{nprocs} ranks would start for a group of {world_size}"
+    return (
+        f"mp.spawn(..., nprocs={nprocs}) inside launch.bounded(world_size={world_size}): "
+        f"{what}, so no rank was started. The block's world_size and nprocs say how many "
+        "ranks run: pass the same number to both (nprocs=world_size)."
+    )
+
+
 def left_early(early: list[str]) -> str:
     """The message for a launch stopped because a rank ended before the others and unreported."""
     return (

@@ -2,7 +2,7 @@
 
 :class:`Programs` is the part of :class:`.supervisor.Supervisor` that starts
 them; the supervisor's deadline and process tree cover each program and
-everything it starts.
+everything it starts. What a started program is, is :class:`.state.Command`.
 """
 
 from __future__ import annotations
@@ -11,45 +11,23 @@ import os
 import subprocess
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from .. import reports
 from . import capture
+from .state import Command, LaunchState
 from .watching import AGENT_STORE_ENV, LAUNCH_TAG_ENV, WATCH_S
 
 
-class Command:
-    """A whole program started by a supervisor, in a session of its own.
+class Programs:
+    """Starts whole programs under one launch and waits for them.
 
-    Attributes:
-        argv: what was run.
-        process: the ``subprocess.Popen``.
-        log: the file its output went to (inside the launch's folder).
+    Args:
+        state: the launch's state, shared with the supervisor's other parts;
+            every program started is added to ``state.commands``.
     """
 
-    def __init__(
-        self, argv: Sequence[str], process: subprocess.Popen, log: Path, kept: int
-    ):
-        self.argv = [str(a) for a in argv]
-        self.process = process
-        self.log = log
-        self.kept = kept
-        self._output: str | None = None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.poll()
-
-    @property
-    def output(self) -> str:
-        """What it printed (head and tail, see :mod:`.capture`); read once it has ended."""
-        if self._output is None:
-            self._output = capture.read_kept(self.log, self.kept)
-        return self._output
-
-
-class Programs:
-    """Starting whole programs under a launch (mixed into :class:`.supervisor.Supervisor`)."""
+    def __init__(self, state: LaunchState):
+        self.state = state
 
     def command(
         self,
@@ -73,21 +51,8 @@ class Programs:
             pass_fds: open file descriptors the program inherits.
             kept: bytes of its output kept, head and tail.
         """
-        full = {k: v for k, v in {**os.environ, **self.env}.items() if k != AGENT_STORE_ENV}
-        full.update(
-            {
-                LAUNCH_TAG_ENV: self.folder.name,
-                reports.REPORT_DIR_ENV: str(self.channel.folder),
-                "TMPDIR": str(self.scratch),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        for key, value in (env or {}).items():
-            if value is None:
-                full.pop(key, None)
-            else:
-                full[key] = value
-        log = self.folder / f"command_{len(self.commands)}.log"
+        state = self.state
+        log = state.folder / f"command_{len(state.commands)}.log"
         with open(log, "wb") as out:
             process = subprocess.Popen(
                 [str(a) for a in argv],
@@ -95,18 +60,42 @@ class Programs:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env=full,
+                env=self._environment(env or {}),
                 pass_fds=tuple(pass_fds),
             )
         command = Command(argv, process, log, kept)
-        self.commands.append(command)
+        state.commands.append(command)
         return command
 
+    def _environment(self, changes: dict[str, str | None]) -> dict[str, str]:
+        """A program's environment: this process's, the launch's, then ``changes``."""
+        state = self.state
+        full = {k: v for k, v in {**os.environ, **state.env}.items() if k != AGENT_STORE_ENV}
+        full.update(
+            {
+                LAUNCH_TAG_ENV: state.folder.name,
+                reports.REPORT_DIR_ENV: str(state.channel.folder),
+                "TMPDIR": str(state.scratch),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        for key, value in changes.items():
+            if value is None:
+                full.pop(key, None)
+            else:
+                full[key] = value
+        return full
+
     def wait(self, commands: Sequence[Command] | None = None) -> list[int | None]:
-        """Wait until ``commands`` (default: all) have ended, or the deadline stopped them."""
-        commands = list(self.commands if commands is None else commands)
+        """Wait until ``commands`` (default: all) have ended, or the deadline stopped them.
+
+        Args:
+            commands: the programs to wait for; all the launch started by default.
+        """
+        state = self.state
+        commands = list(state.commands if commands is None else commands)
         while any(c.returncode is None for c in commands):
-            if self.timed_out and self._done.is_set():
+            if state.timed_out and state.done.is_set():
                 break
             time.sleep(WATCH_S)
         return [c.returncode for c in commands]

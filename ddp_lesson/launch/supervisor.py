@@ -26,40 +26,54 @@ import contextlib
 import datetime
 import logging
 import os
-import pickle
 import shutil
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing import resource_tracker
 from pathlib import Path
 
-import psutil
-
 from .. import devices, reports
 from ..validate import seconds, whole_number
-from . import capture, errors, processes, stacks, torch_hooks
+from . import capture, errors, processes, stacks, torch_hooks, watching
 from .failures import Failures
 from .folders import FOLDER_PREFIX, remove_stale_folders
-from .main_file import interactive_main, unguarded_line
 from .ports import listening_socket
-from .programs import Command, Programs
-from .ranks import RankStart, Target, entry
-from .warm_server import start_warm_server, wait_until_ready, warm_server_fits
-from .watching import AGENT_STORE_ENV, LAUNCH_TAG_ENV, Watcher, _active, _key
+from .programs import Programs
+from .rank_starter import RankStarter
+from .state import Command, LaunchState
+from .watching import AGENT_STORE_ENV, LAUNCH_TAG_ENV, Watcher, process_key
 
 #: torch's switch for a store barrier at the end of ``init_process_group``.
 INIT_BARRIER_ENV = "TORCH_DIST_INIT_BARRIER"
 
 
-class Supervisor(Watcher, Programs, Failures):
+def _shared(name: str, doc: str) -> property:
+    """A property of the supervisor that reads and writes the field ``name`` of its state."""
+
+    def read(self: Supervisor):
+        return getattr(self.state, name)
+
+    def write(self: Supervisor, value) -> None:
+        setattr(self.state, name, value)
+
+    return property(read, write, doc=doc)
+
+
+class Supervisor:
     """One supervised launch; use it as a ``with`` block (see the module and :func:`bounded`).
 
+    It is made of parts that share one :class:`.state.LaunchState`
+    (:attr:`state`): :attr:`watcher` (the watch thread, the deadline, the
+    tree stop), :attr:`ranks` (ranks started as ``mp.spawn`` would),
+    :attr:`programs` (whole programs) and :attr:`failures` (what the launch
+    raises when it ends). The supervisor opens the block, hands
+    ``mp.spawn`` inside it to :attr:`ranks`, and closes it.
+
     Args:
-        world_size: ranks the block will start (checked against this machine);
-            ``None`` for a block that only runs whole programs.
+        world_size: ranks the block will start (checked against this machine,
+            and against every start of ranks inside the block); ``None`` for
+            a block that only runs whole programs.
         timeout_s: the deadline in seconds.
         threads_per_rank: torch threads per rank; defaults to
             :data:`ddp_lesson.devices.THREADS_PER_RANK`.
@@ -85,11 +99,29 @@ class Supervisor(Watcher, Programs, Failures):
         timed_out: the deadline stopped the launch.
         stopped: how many processes were still running when the block ended,
             and were stopped then.
+        commands: the whole programs started with :meth:`command`.
         env: the variables every process of the launch finds set (its tag,
             torch threads, the launch's store, a barrier at the end of
             ``init_process_group``); this process's own environment is left
             as it is.
     """
+
+    world_size = _shared("world_size", "Ranks the block starts; ``None`` for programs only.")
+    timeout_s = _shared("timeout_s", "The deadline in seconds.")
+    threads = _shared("threads", "Torch threads per rank.")
+    warm = _shared("warm", "Whether ranks are forked from the warm server by default.")
+    expect_reports = _shared("expect_reports", "Whether every rank must report.")
+    port = _shared("port", "The 127.0.0.1 port where the group meets.")
+    reports = _shared("reports", "The ranks' reports, sorted by rank (once the block ended).")
+    elapsed_s = _shared("elapsed_s", "Wall time of the block in seconds (once it ended).")
+    started = _shared("started", "How many processes the launch started.")
+    output = _shared("output", "What the ranks printed (once the block ended).")
+    timed_out = _shared("timed_out", "The deadline stopped the launch.")
+    stopped = _shared("stopped", "Processes still running when the block ended, then stopped.")
+    commands = _shared("commands", "The whole programs the launch started.")
+    env = _shared("env", "The variables every process of the launch finds set.")
+    folder = _shared("folder", "The launch's folder (inside the block).")
+    channel = _shared("channel", "Where the ranks' reports go (inside the block).")
 
     def __init__(
         self,
@@ -100,113 +132,90 @@ class Supervisor(Watcher, Programs, Failures):
         warm: bool = True,
         expect_reports: bool = False,
     ):
-        self.world_size = None if world_size is None else devices.check_world_size(world_size)
-        self.timeout_s = seconds("timeout_s", timeout_s)
         if threads_per_rank is not None:
             whole_number("threads_per_rank", threads_per_rank, minimum=1)
-        self.threads = threads_per_rank or devices.THREADS_PER_RANK
-        self.warm = warm
-        self.expect_reports = expect_reports
-        self.port = 0
-        self.reports: list[dict] = []
-        self.elapsed_s = 0.0
-        self.started = 0
-        self.output = ""
-        self.timed_out = False
-        self.stopped = 0
-        self.commands: list[Command] = []
-        self._seen: dict[tuple[int, float], psutil.Process] = {}
-        self._before: set[tuple[int, float]] = set()
-        self._rank_pids: dict[int, int] = {}
-        self._ended: dict[int, int] = {}
-        self._raised_by: dict[int, str] = {}  # the traceback of each rank that raised
-        self._stacks: dict[int, str] = {}  # where each rank stopped while running was
-        self._left: dict[int, str] = {}  # where each rank whose function ended left it
-        self._stopped_early = False
-        self._contexts: list = []
-        self._spawn_calls = 0
-        self._names: list[str] = []
-        self._done = threading.Event()
-        self._lock = threading.Lock()
+        self.state = LaunchState(
+            world_size=None if world_size is None else devices.check_world_size(world_size),
+            timeout_s=seconds("timeout_s", timeout_s),
+            threads=threads_per_rank or devices.THREADS_PER_RANK,
+            warm=warm,
+            expect_reports=expect_reports,
+        )
+        self.watcher = Watcher(self.state)
+        self.ranks = RankStarter(self.state, self.watcher)
+        self.programs = Programs(self.state)
+        self.failures = Failures(self.state)
+        self._teardown = contextlib.ExitStack()  # undoes what the block set up, last first
+        self._store = None
 
     # -- the block ------------------------------------------------------------
     def __enter__(self) -> Supervisor:
         errors.show_short_errors()
-        self._t0 = time.monotonic()
+        state = self.state
+        state.t0 = time.monotonic()
         remove_stale_folders()
-        self._before = {_key(p) for p in processes.descendants()}
-        self.folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
+        state.before = {process_key(p) for p in processes.descendants()}
         try:
             self._open()
         except BaseException as error:
-            self._done.set()
-            self._close()
+            state.done.set()
+            self._teardown.close()
             if isinstance(error, KeyboardInterrupt):
                 raise errors.LaunchInterrupted(errors.interrupted(0)) from None
             raise
-        _active.append(self)
+        watching.began(self)
         return self
 
     def _open(self) -> None:
-        """Everything the block needs, in an order :meth:`_close` can undo from any point."""
-        import torch.distributed as dist
-
-        self.channel = reports.Channel(self.folder / "reports")
-        self.channel.folder.mkdir()
-        self.scratch = self.folder / "tmp"  # the ranks' temporary files go here, and go with it
-        self.scratch.mkdir()
-        self.stacks_folder = self.folder / "stacks"  # the ranks' stacks, and where they left
-        self.stacks_folder.mkdir()
-        self.port, fd = listening_socket()
-        # The store takes over the listening socket and closes it when deleted.
-        self._store = dist.TCPStore(
-            "127.0.0.1",
-            self.port,
-            None,
-            True,
-            datetime.timedelta(seconds=self.timeout_s),
-            wait_for_workers=False,
-            master_listen_fd=fd,
-        )
-        # what every process of the launch finds in its environment; this
-        # process's own environment stays as it is
-        self.env = {
-            AGENT_STORE_ENV: "True",
-            LAUNCH_TAG_ENV: self.folder.name,
-            "OMP_NUM_THREADS": str(self.threads),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            # torch's own switch: init_process_group ends with a barrier on the
-            # store. Without it gloo's init can return on one rank while a
-            # partner still reads their new connection; a rank that then
-            # leaves (or fails) closes it under the partner, whose init fails
-            # with "Connection closed by peer" (tests/faults/test_early_leave.py).
-            INIT_BARRIER_ENV: "1",
-        }
+        """Set up everything the block needs, each step with its undoing on the teardown stack."""
+        state, teardown = self.state, self._teardown
+        state.folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
+        teardown.callback(self._remove_folder)
+        state.channel = reports.Channel(state.folder / "reports")
+        state.channel.folder.mkdir()
+        teardown.callback(self._collect_reports)
+        state.scratch.mkdir()  # the ranks' temporary files go here, and go with the folder
+        state.stacks_folder.mkdir()  # the ranks' stacks, and where they left
+        self._open_store()
+        teardown.callback(self._close_store)
+        state.env = _launch_env(state)
         # torch logs "Terminating process <pid> via signal SIGTERM" when it stops
         # the other ranks after a failure; the error says it in words, without pids.
-        self._spawn_log = logging.getLogger("torch.multiprocessing.spawn")
-        self._saved_level = self._spawn_log.level
-        self._spawn_log.setLevel(logging.ERROR)
+        spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+        teardown.callback(spawn_log.setLevel, spawn_log.level)
+        spawn_log.setLevel(logging.ERROR)
         self._route()
         # Started now, before the output is redirected: it outlives the launch
         # and must not hold the output pipe open.
         resource_tracker.ensure_running()
-        self._orphans = processes.adopting_orphans()
-        self._orphans.__enter__()
-        self._tap = capture.OutputTap(self.folder / "output.fifo")
-        self._watcher = threading.Thread(target=self._watch, name="ddp-lesson-watch", daemon=True)
-        self._watcher.start()
+        teardown.enter_context(processes.adopting_orphans())
+        self.ranks.tap = capture.OutputTap(state.folder / "output.fifo")
+        teardown.callback(self._keep_output)
+        self.watcher.start()
+
+    def _open_store(self) -> None:
+        """Host the launch's ``TCPStore`` on a free 127.0.0.1 port the system picked."""
+        import torch.distributed as dist
+
+        self.state.port, fd = listening_socket()
+        # The store takes over the listening socket and closes it when deleted.
+        self._store = dist.TCPStore(
+            "127.0.0.1",
+            self.state.port,
+            None,
+            True,
+            datetime.timedelta(seconds=self.state.timeout_s),
+            wait_for_workers=False,
+            master_listen_fd=fd,
+        )
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
         self._finish()
-        self._raise(exc_type, exc)
+        self.failures.raise_for(exc_type, exc)
         return False
 
     # -- starting ranks ---------------------------------------------------------
-    def _rank_env(self) -> dict[str, str]:
-        return {**os.environ, **self.env, "TMPDIR": str(self.scratch)}
-
     def start_ranks(
         self,
         fn: Callable,
@@ -219,14 +228,15 @@ class Supervisor(Watcher, Programs, Failures):
     ):
         """Start ``nprocs`` ranks running ``fn(rank, *args)``, as ``mp.spawn`` does.
 
-        Inside the block, ``mp.spawn`` and ``mp.start_processes`` come here.
-        Each rank starts at :func:`ddp_lesson.launch.ranks.entry`, which sets
-        it up for this launch and then imports ``fn`` by module and name.
+        Inside the block, ``mp.spawn`` and ``mp.start_processes`` come here
+        (:class:`.rank_starter.RankStarter` does the work). Each rank starts
+        at :func:`ddp_lesson.launch.ranks.entry`, which sets it up for this
+        launch and then imports ``fn`` by module and name.
 
         Args:
             fn: a function defined at the top level of a module.
             args: what follows ``rank``.
-            nprocs: how many ranks.
+            nprocs: how many ranks: the block's ``world_size``, where it has one.
             join: wait for them (as ``mp.spawn`` does); ``False`` returns
                 torch's ``ProcessContext``.
             daemon: start them as daemonic processes.
@@ -235,99 +245,26 @@ class Supervisor(Watcher, Programs, Failures):
 
         Raises:
             LaunchError: ``fn`` is defined in a notebook cell (no new process
-                can import it).
+                can import it), the launching file starts ranks outside its
+                main guard, or ``nprocs`` is not the block's ``world_size``;
+                no rank is started then.
         """
-        from multiprocessing import get_all_start_methods
-
-        self._spawn_calls += 1
-        whole_number("nprocs", nprocs)
-        target = Target.of(fn)
-        name = getattr(fn, "__qualname__", repr(fn))
-        self._names.append(name.rsplit(".", 1)[-1])
-        if target is None and getattr(fn, "__module__", None) == "__main__" and interactive_main():
-            raise errors.LaunchError(errors.defined_in_notebook(name))
-        unguarded = unguarded_line()
-        if unguarded is not None:
-            raise errors.LaunchError(errors.unguarded_start(sys.modules["__main__"].__file__,
-                                                            unguarded))
-        use_warm = self.warm if warm is None else warm
-        use_warm = use_warm and bool(self._tap.path) and "forkserver" in get_all_start_methods()
-        use_warm = use_warm and warm_server_fits()  # (else fresh interpreters: slower, the same)
-        if nprocs == 0:
-            return None
-        start = RankStart(
-            folder=str(self.channel.folder),
-            launcher=os.getpid(),
-            threads=self.threads,
-            env=self._rank_env(),
-            output=self._tap.path if use_warm else "",
-            cwd=os.getcwd(),
-            sys_path=tuple(sys.path),
-            stacks=str(self.stacks_folder),
-        )
-        if use_warm:
-            self._ensure_server()
-        # a fresh interpreter takes this process's environment as it starts
-        with _environment(self.env if not use_warm else {}):
-            context = self._torch_start(
-                entry, (start, target or fn, *args), nprocs, False, daemon,
-                "forkserver" if use_warm else "spawn",
-            )  # fmt: skip
-        with self._lock:
-            first = len(self._rank_pids)
-            self._rank_pids.update({first + i: p.pid for i, p in enumerate(context.processes)})
-        self._contexts.append(context)
-        if not join:
-            return context
-        self.join(context)
-        return None
+        return self.ranks.start(fn, args, nprocs, join=join, daemon=daemon, warm=warm)
 
     def join(self, context) -> None:
         """Wait for the ranks of ``context`` as ``mp.spawn`` does (an error in one stops all).
 
         When a rank fails, the others still running are asked where they are
         before torch stops them (see :meth:`take_stacks`).
-        """
-        from multiprocessing.connection import wait
 
-        try:
-            while True:
-                running = [p.sentinel for p in context.processes if p.exitcode is None]
-                if running:
-                    wait(running)
-                if any(p.exitcode for p in context.processes):  # one failed: torch stops the rest
-                    self.take_stacks()
-                if context.join():
-                    return
-        finally:
-            self._settle(context)
+        Args:
+            context: torch's ``ProcessContext`` of a start of ranks.
+        """
+        self.ranks.join(context)
 
     def take_stacks(self) -> None:
         """Note where each rank still running is, before it is stopped (:func:`.stacks.take`)."""
-        with self._lock:
-            ranks = dict(self._rank_pids)
-        self._stacks.update(stacks.take(ranks, self.stacks_folder, self._stacks))
-
-    def _settle(self, context) -> None:
-        """Note how each rank ended and what it raised; remove the error files torch leaves."""
-        for index, proc in enumerate(context.processes):
-            if proc.exitcode is not None:
-                self._ended[index] = proc.exitcode
-        for index, path in enumerate(context.error_files):
-            with contextlib.suppress(OSError, EOFError, pickle.UnpicklingError):
-                with open(path, "rb") as written:  # torch's: the traceback text, pickled
-                    self._raised_by[index] = str(pickle.load(written))
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-
-    def _ensure_server(self) -> None:
-        with self._tap.paused():  # the server outlives this launch: not on its pipe
-            with _environment(self.env):  # (it starts as the launch's processes do)
-                start_warm_server()
-        # Ask for ranks only once the server can fork them: an interrupt while it
-        # imports then leaves no request in its socket to start a rank after the launch.
-        if not wait_until_ready(give_up=lambda: self.timed_out):
-            raise errors.LaunchError("the deadline passed while the warm server started")
+        self.watcher.take_stacks()
 
     def _route(self) -> None:
         """Hand ``mp.spawn`` and ``mp.start_processes`` inside the block to this launch."""
@@ -336,60 +273,84 @@ class Supervisor(Watcher, Programs, Failures):
                             start_method="spawn"):
             return self.start_ranks(fn, args, nprocs, join=join, daemon=daemon)
 
-        self._hooks = contextlib.ExitStack()
-        self._hooks.enter_context(torch_hooks.handed(torch_hooks.START_PROCESSES,
-                                                     start_processes))
+        self._teardown.enter_context(torch_hooks.handed(torch_hooks.START_PROCESSES,
+                                                        start_processes))
         # what starts ranks: torch's own, also when an enclosing launch has handed it over
-        self._torch_start = torch_hooks.underneath(torch_hooks.START_PROCESSES)
+        self.ranks.torch_start = torch_hooks.underneath(torch_hooks.START_PROCESSES)
+
+    # -- whole programs ---------------------------------------------------------------------
+    def command(
+        self,
+        argv: Sequence[object],
+        *,
+        env: dict[str, str | None] | None = None,
+        pass_fds: Sequence[int] = (),
+        kept: int = capture.OUTPUT_KEPT_BYTES,
+    ) -> Command:
+        """Start a whole program under this launch (see :meth:`.programs.Programs.command`).
+
+        Args:
+            argv: the command line.
+            env: variables to set (or, with value ``None``, remove) on top of
+                this process's environment.
+            pass_fds: open file descriptors the program inherits.
+            kept: bytes of its output kept, head and tail.
+        """
+        return self.programs.command(argv, env=env, pass_fds=pass_fds, kept=kept)
+
+    def wait(self, commands: Sequence[Command] | None = None) -> list[int | None]:
+        """Wait until ``commands`` (default: all) have ended, or the deadline stopped them.
+
+        Args:
+            commands: the programs to wait for; all the launch started by default.
+        """
+        return self.programs.wait(commands)
 
     # -- when it ends -------------------------------------------------------------------
     def _finish(self) -> None:
-        if self in _active:
-            _active.remove(self)
-        self._last_progress = self.channel.progress()  # for a view that polls after the end
-        self._done.set()
-        self._watcher.join()
-        self.stopped = self._stop()  # whatever is left: the ranks' own children included
+        state = self.state
+        watching.ended(self)
+        state.last_progress = state.channel.progress()  # for a view that polls after the end
+        state.done.set()
+        self.watcher.join()
+        state.stopped = self.watcher.stop()  # whatever is left: the ranks' own children included
         # Orphans adopted during the launch (a script's resource tracker) that had
         # already ended before the stop are this process's zombies: collect them.
-        started_here = set(self._rank_pids.values()) | {c.process.pid for c in self.commands}
-        processes.reap(p for p in self._seen.values() if p.pid not in started_here)
-        for context in self._contexts:
-            self._settle(context)
-        self._left = stacks.exits(self.stacks_folder)
-        with self._lock:
+        started_here = set(state.rank_pids.values()) | {c.process.pid for c in state.commands}
+        processes.reap(p for p in state.seen.values() if p.pid not in started_here)
+        for context in self.ranks.contexts:
+            self.ranks.settle(context)
+        state.left = stacks.exits(state.stacks_folder)
+        with state.lock:
             # The ranks, known by pid, not what runs below them (a worker's own
             # subprocess is not a rank). Below a whole program every process counts:
             # which of them are its ranks only the program knows.
-            ranks = set(self._rank_pids.values())
-            below = {pid for pid, _ in self._seen} if self.commands else set()
-            self.started = len(ranks | below)
-        self._close()
-        self.elapsed_s = time.monotonic() - self._t0
+            ranks = set(state.rank_pids.values())
+            below = {pid for pid, _ in state.seen} if state.commands else set()
+            state.started = len(ranks | below)
+        self._teardown.close()
+        state.elapsed_s = time.monotonic() - state.t0
 
-    def _close(self) -> None:
-        """Undo what :meth:`_open` did (as far as it got) and collect what the launch left."""
-        if hasattr(self, "_tap"):
-            self.output = self._tap.close()
-        if hasattr(self, "_orphans"):
-            self._orphans.__exit__(None, None, None)
-        if hasattr(self, "_hooks"):
-            self._hooks.close()
-        if hasattr(self, "_saved_level"):
-            self._spawn_log.setLevel(self._saved_level)
-        if hasattr(self, "_store"):
-            del self._store  # closes the listening socket
-        if hasattr(self, "channel"):
-            self.reports = self.channel.collect()
-        for command in self.commands:
+    # (the steps of the teardown, each registered as its step of the opening succeeded)
+    def _keep_output(self) -> None:
+        self.state.output = self.ranks.tap.close()
+
+    def _close_store(self) -> None:
+        self._store = None  # the last reference: closes the listening socket
+
+    def _collect_reports(self) -> None:
+        self.state.reports = self.state.channel.collect()
+
+    def _remove_folder(self) -> None:
+        for command in self.state.commands:
             _ = command.output  # read before the folder goes
-        shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.state.folder, ignore_errors=True)
 
     # -- reading the launch ---------------------------------------------------------------
     @property
     def running(self) -> bool:
         """True between entering the ``with`` block and leaving it."""
-        return hasattr(self, "_t0") and not self._done.is_set()
+        return self.state.running
 
     def progress(self) -> dict[int, tuple[int, int]]:
         """What each rank last sent with :func:`reports.send_progress`.
@@ -398,36 +359,31 @@ class Supervisor(Watcher, Programs, Failures):
         after the block ended, the last values the ranks sent.
         """
         if not self.running:
-            return dict(getattr(self, "_last_progress", {}))
-        return self.channel.progress()
+            return dict(self.state.last_progress)
+        return self.state.channel.progress()
 
     def summary(self, columns: Sequence[str], *, digits: int = 4) -> str:
         """The ranks' reports as a table sorted by rank (see :func:`reports.table`)."""
-        return reports.table(self.reports, columns, digits=digits)
+        return reports.table(self.state.reports, columns, digits=digits)
 
 
-#: Held while this process's environment carries a launch's variables.
-_environment_lock = threading.Lock()
+def _launch_env(state: LaunchState) -> dict[str, str]:
+    """What every process of the launch finds in its environment (this process's stays as it is).
 
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]):
-    """This process's environment with ``values`` set, only while a process is being started.
-
-    A process started by the ``spawn`` method (or the warm server) takes
-    the environment of the moment it starts; it is put back right after.
+    Args:
+        state: the launch, once its folder exists.
     """
-    if not values:
-        yield
-        return
-    with _environment_lock:
-        saved = {key: os.environ.get(key) for key in values}
-        os.environ.update(values)
-        try:
-            yield
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    return {
+        AGENT_STORE_ENV: "True",
+        LAUNCH_TAG_ENV: state.folder.name,
+        "OMP_NUM_THREADS": str(state.threads),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # torch's own switch: init_process_group ends with a barrier on the
+        # store. Without it gloo's init can return on one rank while a
+        # partner still reads their new connection; a rank that then
+        # leaves (or fails) closes it under the partner, whose init fails
+        # with "Connection closed by peer" (tests/faults/test_early_leave.py).
+        INIT_BARRIER_ENV: "1",
+    }
+
+

@@ -29,7 +29,9 @@ records a script's ``mp.spawn`` calls, including those a
 The functions the launch hands over have names here:
 :data:`START_PROCESSES` (``mp.start_processes``, which ``mp.spawn``
 calls), :data:`SPAWN`, :data:`DESTROY` (``destroy_process_group``) and
-:data:`COMMAND_LINE` (how multiprocessing starts a fresh interpreter).
+:data:`COMMAND_LINE` (how multiprocessing starts a fresh interpreter),
+and the doctor's file layer wraps :data:`ZIPFILE_WRITER` (where
+``torch.save`` opens a path).
 """
 
 from __future__ import annotations
@@ -73,6 +75,12 @@ def _dist() -> tuple[object, ...]:
     return c10d, dist
 
 
+def _serialization() -> tuple[object, ...]:
+    import torch.serialization
+
+    return (torch.serialization,)
+
+
 def _multiprocessing_spawn() -> tuple[object, ...]:
     from multiprocessing import spawn
 
@@ -85,6 +93,9 @@ START_PROCESSES = Point("start_processes", _mp)
 SPAWN = Point("spawn", _mp)
 #: ``torch.distributed.destroy_process_group``.
 DESTROY = Point("destroy_process_group", _dist)
+#: ``torch.serialization._open_zipfile_writer``: ``torch.save`` to a path opens
+#: the file in C++, out of reach of Python's ``open`` (the doctor's file layer).
+ZIPFILE_WRITER = Point("_open_zipfile_writer", _serialization)
 #: ``multiprocessing.spawn.get_command_line``: the command a fresh interpreter starts with.
 COMMAND_LINE = Point("get_command_line", _multiprocessing_spawn)
 
@@ -178,9 +189,21 @@ def hold(where: Point) -> None:
     _held.add(where)
 
 
+def _spelled(owner: object, name: str) -> str:
+    return f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
+
+
 def wrapped() -> list[str]:
     """What this process has wrapped, as ``owner.name`` strings (for messages and tests)."""
-    return [
-        f"{getattr(where.owners()[0], '__name__', type(where.owners()[0]).__name__)}.{where.name}"
-        for where, _ in _wrapped
-    ]
+    return [_spelled(where.owners()[0], where.name) for where, _ in _wrapped]
+
+
+def changes() -> list[str]:
+    """Every ``owner.name`` this module has changed in this process and not put back, sorted.
+
+    What it wrapped, and what an open :func:`handed` block hands over, under
+    each owner's name (``torch.multiprocessing.spawn`` and the module
+    ``torch.multiprocessing.spawn.spawn`` alike).
+    """
+    points = [where for where, _ in _wrapped] + list(_handlers)
+    return sorted({_spelled(owner, where.name) for where in points for owner in where.owners()})

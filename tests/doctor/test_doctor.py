@@ -117,9 +117,15 @@ def test_a_gpu_only_script_passes_and_says_what_ran_instead():
     assert [s.status for s in result.stages.values()] == [doctor.OK] * 5, str(result)
     if devices.gpus_for(2):
         pytest.skip("this machine has a GPU for each rank: the script ran as written")
-    gpus = "no CUDA GPU" if not torch.cuda.is_available() else "not one for each of the 2"
-    assert any(gpus in note and "nccl ran as gloo" in note for note in result.notes)
-    assert "cuda:0, cuda:1" in result.stages["model_wrapping"].evidence
+    here = "no GPU here" if not torch.cuda.is_available() else "not one for each of the 2 ranks"
+    said = [n for n in result.notes if "stand-in" in n]
+    assert len(said) == 1, result.notes  # said once, plainly
+    assert said[0].startswith(here), said
+    assert "GPU branch ran with CPU stand-ins for cuda:0 and cuda:1 (nccl ran as gloo)" in said[0]
+    # nowhere else are the stand-ins named as if they were the machine's GPUs
+    others = [s.evidence for s in result.stages.values()] + [result.launch]
+    others += [n for n in result.notes if n is not said[0]]
+    assert not any("cuda:" in text or "nccl" in text for text in others), str(result)
 
 
 def test_a_worker_file_is_started_by_the_doctor_with_its_args():
@@ -197,29 +203,48 @@ def test_bad_input_gets_one_line_naming_the_fix(name, words, tmp_path):
         assert word in lines[0], lines[0]
 
 
+#: Out-of-range values of each numeric option, and the range its message must state.
+OUT_OF_RANGE = {
+    "--timeout": (["1e308", "1e20", "inf", "nan", "1e-300", "0", "-1", "soon"],
+                  "between 1 and 86400 seconds"),
+    "--world-size": (["0", "-3", "10000", "abc", "2.5"], "between 1 and "),
+}  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("option", "value", "words"),
-    [
-        ("--timeout", "nan", "positive, finite number of seconds, got nan"),
-        ("--timeout", "inf", "positive, finite number of seconds, got inf"),
-        ("--timeout", "soon", "number of seconds"),
-        ("--world-size", "two", "whole number"),
-    ],
+    ("option", "value"),
+    [(option, value) for option, (values, _) in OUT_OF_RANGE.items() for value in values],
 )
-def test_a_bad_option_gets_one_line(option, value, words):
+def test_an_option_out_of_range_gets_one_line_stating_the_range(option, value):
     result = cli(str(SCRIPTS / "correct.py"), option, value)
-    assert result.returncode == 2
-    assert len(result.stdout.strip().splitlines()) == 1, result.stdout
-    assert "Traceback" not in result.stdout + result.stderr
-    assert words in result.stdout and option in result.stdout
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, result.stdout
+    line = lines[0]
+    assert line.startswith(f"doctor: {option} must be"), line
+    assert OUT_OF_RANGE[option][1] in line, line
+    try:  # the value as the message quotes it: the number read, or the text typed
+        said = f"{float(value):g}" if option == "--timeout" else str(int(value))
+    except ValueError:
+        said = repr(value)
+    assert f"got {said}: " in line, line
+    assert f"pass e.g. {option} " in line, line  # the fix, as one would type it
 
 
-def test_a_bad_world_size_or_timeout_is_a_problem_not_an_exception():
-    result = doctor.diagnose(SCRIPTS / "correct.py", 0)
-    assert result.exit_code == 2 and "nprocs=0" in result.problem
-    assert "--world-size" in result.problem
-    result = doctor.diagnose(SCRIPTS / "correct.py", 2, timeout_s=float("nan"))
-    assert result.exit_code == 2 and "finite" in result.problem
+def test_diagnose_refuses_what_the_command_line_refuses():
+    for world_size, timeout_s in [(2, 1e308), (2, 1e-300), (2, float("nan")), (2, 0), (0, 60),
+                                  (-3, 60), (10_000, 60)]:  # fmt: skip
+        with pytest.raises(ValueError, match=r"must be between 1 and") as caught:
+            doctor.diagnose(SCRIPTS / "correct.py", world_size, timeout_s=timeout_s)
+        assert "pass e.g. timeout_s=" in str(caught.value) or "pass e.g. world_size=" in str(
+            caught.value
+        )
+    with pytest.raises(ValueError, match="device_count"):
+        doctor.diagnose(SCRIPTS / "correct.py", 0)
+    for world_size, timeout_s in [("two", 60), (2.0, 60), (2, "soon")]:
+        with pytest.raises(TypeError, match=r"must be a (whole )?number between 1 and"):
+            doctor.diagnose(SCRIPTS / "correct.py", world_size, timeout_s=timeout_s)
 
 
 def test_a_crash_at_import_is_one_line_naming_the_fix():
@@ -349,9 +374,20 @@ def test_read_tells_the_three_launch_styles_apart(tmp_path):
             main()
         """,
     )
-    assert torchrun.mode == "torchrun" and not torchrun.problem
+    # a script is run as Python first: the run, not the read, sends it to torchrun
+    assert torchrun.mode == "script" and torchrun.reads_torchrun and not torchrun.problem
     worker = read_source(tmp_path, "def main(rank, world_size):\n    pass\n")
     assert worker.mode == "worker"
+    unguarded = read_source(
+        tmp_path,
+        """
+        from multiprocessing import Process
+        def main(rank, world_size):
+            pass
+        ranks = [Process(target=main, args=(r, 2)) for r in range(2)]
+        """,
+    )
+    assert unguarded.mode == "script" and not unguarded.problem  # it starts its processes
 
 
 def test_read_does_not_ask_for_set_epoch_when_the_sampler_does_not_shuffle(tmp_path):

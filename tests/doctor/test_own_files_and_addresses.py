@@ -80,3 +80,28 @@ def test_torchs_error_files_are_not_named_as_the_scripts_writes(tmp_path):
     said = " ".join(str(result).split())  # (the text is wrapped)
     assert "missing a required argument: 'port'" in said, said
     assert "pytorch-errorfile" not in said and "wrote or deleted" not in said, said
+
+
+@pytest.mark.parametrize(
+    "join", ["mp.spawn(main, nprocs=2)", "mp.spawn(main, nprocs=2, join=False).join()"]
+)
+def test_a_raising_ranks_error_file_is_not_left_behind(tmp_path, join):
+    """torch's mp.spawn leaves a raising rank's error file in the temporary folder."""
+    import glob
+    import tempfile
+
+    pattern = f"{tempfile.gettempdir()}/pytorch-errorfile-*"
+    before = set(glob.glob(pattern))
+    script = tmp_path / "raises.py"
+    script.write_text(
+        "import torch.multiprocessing as mp\n\n\n"
+        "def main(rank):\n"
+        "    raise ValueError(f'rank {rank} gives up')\n\n\n"
+        'if __name__ == "__main__":\n'
+        f"    {join}\n"
+    )
+    result = doctor.diagnose(script, 2)
+    said = " ".join(str(result).split())
+    assert "gives up" in said, said
+    assert "pytorch-errorfile" not in said, said
+    assert set(glob.glob(pattern)) <= before, "the doctor's run left torch's error files"

@@ -31,6 +31,9 @@ NAMES = sorted(p.stem for p in STYLES.glob("*.py"))
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
+#: What a CPU run of a script written for GPUs says once, in a note.
+STAND_INS = "GPU branch ran with CPU stand-ins for cuda:0 and cuda:1 (nccl ran as gloo)"
+
 #: What else each script's diagnosis must say: {stage or "notes"/"launch": words}.
 SAYS = {
     "trainer": {"launch": "python trainer.py", "data_division": "a new order in each of 3"},
@@ -39,7 +42,7 @@ SAYS = {
         "spawning": "torchrun started 2 process(es)",
         "data_division": "each of 2 epochs",
     },
-    "trainer_gpu": {"model_wrapping": "cuda:0, cuda:1", "notes": "nccl ran as gloo"},
+    "trainer_gpu": {"model_wrapping": "DDP wrapped the model on 2 ranks", "notes": STAND_INS},
     "trainer_crash": {"teardown": "not reached: a rank raised IndexError"},
     "by_hand": {
         "model_wrapping": "not wrapped in DDP, yet the ranks kept it in step",
@@ -53,12 +56,36 @@ SAYS = {
     "config_world": {"spawning": "for a world of 4"},
     "shared_data": {"data_division": "overlap between ranks 100%"},
     "peek_first": {"data_division": "a new order in each of 3 epochs"},
-    "accelerator": {"model_wrapping": "cuda:0, cuda:1", "notes": "nccl ran as gloo"},
-    "snapshot": {"spawning": "torchrun started 2", "model_wrapping": "cuda:0, cuda:1"},
+    "accelerator": {"model_wrapping": "DDP wrapped the model on 2 ranks", "notes": STAND_INS},
+    "snapshot": {"spawning": "torchrun started 2", "notes": STAND_INS},
     "accumulate": {"data_division": "64 of the 128 training items were never seen"},
     "late_set_epoch": {"data_division": "set_epoch is called too late"},
     "connect_each_epoch": {"process_group": "call it once"},
     "part_wrapped": {"model_wrapping": "outside the module DDP wraps: 2 tensor(s)"},
+    # the launch route found by running the script as Python first
+    "fit_spawn": {
+        "launch": "python fit_spawn.py (it starts its processes with mp.spawn)",
+        "spawning": "mp.spawn started 2 process(es), each running run_rank",
+    },
+    "elastic": {
+        "launch": "python elastic.py (it starts its processes with elastic_launch)",
+        "spawning": "elastic_launch started 2 process(es), each running train",
+        "teardown": "before train returned",
+    },
+    "process_loop": {
+        "spawning": "multiprocessing.Process started 2 process(es), each running worker",
+    },
+    "process_one_by_one": {
+        "spawning": "rank 0 was waiting in init_process_group (line 17) for the 2 processes "
+        "of its group while the script had started only 1: the script joins each process "
+        "(line 45) before it starts the next",
+    },
+    "torchrun_env_alias": {
+        "launch": "torchrun --standalone --nproc-per-node=2 torchrun_env_alias.py",
+        "spawning": "torchrun started 2 process(es)",
+    },
+    # a rank stuck elsewhere is named with its line, not the step its partner waited in
+    "spin_rank1": {"model_wrapping": "parameters identical on every rank"},
 }
 
 #: Command-line arguments a script is diagnosed with.
@@ -109,6 +136,9 @@ def test_the_doctor_is_right_on_every_style(name):
         if said is None:
             said = result.stages[key].evidence
         assert words in said, shown
+    if SAYS[name].get("notes") == STAND_INS and not devices.gpus_for(2):
+        # the stand-ins are named in that note alone, never as the machine's devices
+        assert not any("cuda:" in s.evidence for s in result.stages.values()), shown
 
 
 # -- a crash in every stage --------------------------------------------------------------
@@ -251,7 +281,7 @@ def test_a_script_that_ends_before_starting_its_processes_says_what_it_printed(t
     ))  # fmt: skip
     result = doctor.diagnose(path, 2)
     assert result.exit_code == 2 and not result.ok, str(result)
-    assert "the script ended without calling mp.spawn" in result.problem, result.problem
+    assert "the script ended without starting any process" in result.problem, result.problem
     assert "`set SHARDS_READY=1 once the shards are written`" in result.problem, result.problem
 
 
@@ -362,3 +392,52 @@ def test_a_wrapped_model_that_never_trains_is_called_wrapped_not_exercised(tmp_p
     shown = str(result)
     assert result.stages["model_wrapping"].status == doctor.OK, shown
     assert "not exercised" in result.stages["model_wrapping"].evidence, shown
+
+
+# -- a route the doctor does not follow is named, never judged ---------------------------------
+POOL = '''
+import multiprocessing
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(rank):
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29561", rank=rank, world_size=2)
+    model = DDP(torch.nn.Linear(2, 1))
+    model(torch.ones(4, 2)).sum().backward()
+    dist.destroy_process_group()
+    return rank
+
+
+if __name__ == "__main__":
+    with multiprocessing.Pool(2) as pool:
+        print("finished:", pool.map(train, range(2)))
+'''
+
+
+def test_ranks_started_by_a_pool_are_named_as_such_not_judged(tmp_path):
+    path = tmp_path / "pooled.py"
+    path.write_text(POOL)
+    result = doctor.diagnose(path, 2)
+    assert result.exit_code == 2 and result.faults == [], str(result)
+    line = POOL.splitlines().index("    with multiprocessing.Pool(2) as pool:") + 1
+    said = result.problem
+    assert f"with a multiprocessing Pool (line {line})" in said, said
+    assert "`finished: [0, 1]`" in said and "multiprocessing.Process" in said, said
+
+
+def test_a_rank_that_left_early_is_named_not_the_step_its_partner_waited_in(tmp_path):
+    source = (STYLES / "spin_rank1.py").read_text()
+    assert "            time.sleep(3600)  # planted: outside\n" in source
+    path = tmp_path / "leaves.py"
+    path.write_text(source.replace("            time.sleep(3600)  # planted: outside\n",
+                                   "            return\n"))
+    result = doctor.diagnose(path, 2)
+    shown = str(result)
+    assert result.exit_code == 1 and result.failure is not None, shown
+    assert result.stages["model_wrapping"].status == doctor.OK, shown
+    said = result.failure.evidence
+    assert "rank 1 had already returned from its function when rank 0 gave up waiting" in said
+    assert "leave early" in said, said

@@ -40,12 +40,24 @@ _tries: Counter = Counter()
 
 def stage_named(text: object) -> str | None:
     """The key of the stage ``text`` names (its key, its title or a usual word), else ``None``."""
-    said = " ".join(str(text).lower().replace("_", " ").split())
+    said = _words(str(text))
     for s in STAGES:
-        names = {s.key.replace("_", " "), s.title, *STAGE_WORDS[s.key]}
+        names = {_words(name) for name in (s.key, s.title, *STAGE_WORDS[s.key])}
         if said in names:
             return s.key
     return None
+
+
+def _words(text: str) -> str:
+    """A stage's name as compared: lower case, underscores as spaces, single spaces.
+
+    Both sides are made alike, so that ``ddp_setup`` and ``ddp setup`` name
+    the same stage as the word in :data:`STAGE_WORDS` does.
+
+    >>> _words("  Destroy_Process_Group "), stage_named("init_process_group")
+    ('destroy process group', 'process_group')
+    """
+    return " ".join(text.lower().replace("_", " ").split())
 
 
 def normal(text: str) -> str:

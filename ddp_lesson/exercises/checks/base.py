@@ -34,6 +34,12 @@ CHECK_TIMEOUT_S = 45
 #: Most characters of an error a check quotes.
 QUOTED_CHARS = 600
 
+#: Where a failure tells the learner to look when the ranks ran out of time (no line named).
+WAITED = (
+    "the ranks had not finished by the check's deadline: where could one rank wait for "
+    "another that never comes (a collective or a barrier on some ranks only)?"
+)
+
 #: What a failure shows in place of its stage while finding the stage is the exercise.
 HIDDEN = "not shown yet: finding it is the exercise"
 
@@ -232,7 +238,7 @@ def multiple_choice(
     def answer_check(answer: object, *, reveal: bool = False) -> Result:
         if is_stub(answer):
             return not_attempted(check, "the answer line")
-        if str(answer).strip().lower() == right:
+        if letter_of(answer) == right:
             answers.forget(check)
             return passed(check, note)
         tries = answers.tried(check)
@@ -253,6 +259,21 @@ def multiple_choice(
         "look; the right one is shown after a few tries, or with ``reveal=True``."
     )
     return answer_check
+
+
+def letter_of(answer: object) -> str:
+    """The letter a multiple-choice answer gives, as written on a quiz sheet, in lower case.
+
+    Spaces and case do not matter, nor the marks a letter is often written
+    with: ``(b)``, ``b)``, ``b.``, ``[b]``. Anything else is returned as it
+    was typed (stripped, lower case), and matches no letter.
+
+    >>> [letter_of(a) for a in ("(b)", "b)", " B ", "b.", "[c]", "ab", "(b")]
+    ['b', 'b', 'b', 'b', 'c', 'ab', 'b']
+    """
+    said = str(answer).strip().lower()
+    found = re.fullmatch(r"[(\[]?\s*([a-z])\s*[)\].:]?", said)
+    return found[1] if found else said
 
 
 def untouched(source: str, stubbed: str) -> bool:
@@ -385,7 +406,9 @@ def launch_checked(
         raise EndCheck(early)
     if error is None:
         return got
-    if hang is not None and isinstance(error, launch.LaunchTimeout):
+    if isinstance(error, launch.LaunchTimeout):
+        if hang is None:  # a deadline names no line: say where to look instead
+            hang = (expected, quote(error), WAITED)
         expected, happened, hint, *answer = hang
         raise EndCheck(failed(check, stage, expected, happened, hint, answer="".join(answer)))
     specific = explain(error) if explain is not None else None

@@ -126,8 +126,32 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
     broadcast_at = _where(path, _defined("broadcast_parameters"))
     hooks_at = _where(path, r"register_\w*hook\(", _defined("attach_hooks"))
     finish_at = _where(path, _defined("finish"))
+    report = got[0]
+    grad_gaps = [max(r["grad_gap"][n] for r in got) for n in range(STEPS)]
+    param_gap = max(r["param_gap"] for r in got)
+    judges = (  # in the order a learner builds it; a failed Result is falsy: test for None
+        lambda: _start_wrong(name, got, broadcast_at),
+        lambda: _exchange_wrong(name, path, report, hooks_at),
+        lambda: _waits_wrong(name, report, finish_at),
+        lambda: _kept(report, grad_gaps, finish_at),  # each step its own all-reduces
+        lambda: _means_wrong(name, got, grad_gaps, param_gap, finish_at, hooks_at),
+    )
+    for judge in judges:
+        wrong = judge()
+        if wrong is not None:
+            return wrong
+    grad_gap = max(grad_gaps)
+    per_step = len(report["calls"][-1])
+    return passed(
+        name,
+        f"{world_size} ranks, {STEPS} steps: {per_step} all-reduce(s) per step, each started "
+        "by a hook during backward and waited for before the step; gradients and parameters "
+        f"equal to DDP's (largest differences {grad_gap:.3g} and {param_gap:.3g}).",
+    )
 
-    # 1. every rank must start from rank 0's parameters and buffers
+
+def _start_wrong(name: str, got: list[dict], broadcast_at: str) -> Result | None:
+    """Step 1: every rank must start from rank 0's parameters and buffers."""
     start_gap = max(r["start_gap"] for r in got)
     starts = (
         (
@@ -159,7 +183,11 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
         if gap > 0:
             return failed(name, MODEL, expected, happened, f"{broadcast_at}: {hint}", answer=answer)
 
-    report = got[0]
+    return None
+
+
+def _exchange_wrong(name: str, path: Path, report: dict, hooks_at: str) -> Result | None:
+    """Steps 2 and 3: hooks start one asynchronous all-reduce per gradient during backward."""
     calls = [c for step in report["calls"] for c in step]
     # 2. the all-reduces start from hooks, while backward still runs
     if not any(c["in_backward"] for c in calls):
@@ -197,17 +225,39 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
             answer="dist.all_reduce(param.grad, async_op=True), its handle kept for finish()",
         )  # fmt: skip
     if not any(c["target"] == "other" for c in calls):  # one all-reduce per gradient
-        for step, step_calls in enumerate(report["calls"], 1):
-            reduced = {c["parameter"] for c in step_calls if c["target"] == "gradient"}
-            missing = [n for n in report["names"] if n not in reduced]
-            if missing:
-                return failed(
-                    name, MODEL, "every parameter's gradient all-reduced in every step",
-                    f"in step {step} the gradient of {', '.join(missing)} was never "
-                    "all-reduced (those parameters trained on their own rank's batch only)",
-                    f"{hooks_at}: register the hook on every parameter of model.parameters()",
-                )  # fmt: skip
-    # 4. every handle waited for before optimizer.step()
+        return _every_gradient_wrong(name, report, hooks_at)
+    return None
+
+
+
+def _every_gradient_wrong(name: str, report: dict, hooks_at: str) -> Result | None:
+    """Every parameter's gradient all-reduced once in every step, by its own hook."""
+    for step, step_calls in enumerate(report["calls"], 1):
+        given = [c["parameter"] for c in step_calls if c["target"] == "gradient"]
+        reduced = set(given)
+        missing = [n for n in report["names"] if n not in reduced]
+        again = sorted({n for n in given if given.count(n) > 1})
+        if missing and again:
+            return failed(
+                name, MODEL, "every parameter's gradient all-reduced in every step",
+                f"in step {step}, {len(given)} all-reduce(s) were started by hooks, but "
+                f"they were given the gradient of {', '.join(again)} more than once and "
+                f"never that of {', '.join(missing)}",
+                f"{hooks_at}: which parameter does each hook reduce: the one it was "
+                "registered on? (a function made in a loop sees the loop variable's last "
+                "value unless it is bound when the function is made)",
+            )  # fmt: skip
+        if missing:
+            return failed(
+                name, MODEL, "every parameter's gradient all-reduced in every step",
+                f"in step {step} the gradient of {', '.join(missing)} was never "
+                "all-reduced (those parameters trained on their own rank's batch only)",
+                f"{hooks_at}: register the hook on every parameter of model.parameters()",
+            )  # fmt: skip
+    return None
+
+def _waits_wrong(name: str, report: dict, finish_at: str) -> Result | None:
+    """Step 4: every handle is waited for before optimizer.step()."""
     for step, step_calls in enumerate(report["calls"], 1):
         unwaited = [c for c in step_calls if not c["waited"]]
         if unwaited:
@@ -219,12 +269,15 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
                 "the gradients are read",
                 answer="handle.wait() on every handle attach_hooks collected, then divide",
             )  # fmt: skip
-    # 4b. each step waits for and divides its own all-reduces, not the earlier steps' too
-    grad_gaps = [max(r["grad_gap"][n] for r in got) for n in range(STEPS)]
-    kept = _kept(report, grad_gaps, finish_at)
-    if kept is not None:
-        return kept
-    # 5. the mean, not the sum
+    return None
+
+
+def _means_wrong(
+    name: str, got: list[dict], grad_gaps: list[float], param_gap: float, finish_at: str,
+    hooks_at: str,
+) -> Result | None:
+    """Step 5: the mean, not the sum; gradients and parameters equal to DDP's."""
+    world_size = got[0]["world_size"]
     summed_gaps = [max(r["summed_gap"][n] for r in got) for n in range(STEPS)]
     for step, (gap, summed) in enumerate(zip(grad_gaps, summed_gaps, strict=True), 1):
         if gap <= TOLERANCE:
@@ -245,17 +298,9 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
             answer="for each (param, handle) of this step: handle.wait(), then "
             "param.grad /= dist.get_world_size()",
         )  # fmt: skip
-    param_gap = max(r["param_gap"] for r in got)
     if param_gap > TOLERANCE:
         return failed(
             name, MODEL, f"parameters equal to DDP's after {STEPS} steps",
             f"they differed by up to {param_gap:.3g}", f"{finish_at} and {hooks_at}",
         )  # fmt: skip
-    grad_gap = max(grad_gaps)
-    per_step = len(report["calls"][-1])
-    return passed(
-        name,
-        f"{world_size} ranks, {STEPS} steps: {per_step} all-reduce(s) per step, each started "
-        "by a hook during backward and waited for before the step; gradients and parameters "
-        f"equal to DDP's (largest differences {grad_gap:.3g} and {param_gap:.3g}).",
-    )
+    return None

@@ -199,6 +199,17 @@ def _wrong(
             answer='device_for(int(os.environ["LOCAL_RANK"]), '
             'int(os.environ["LOCAL_WORLD_SIZE"]))',
         )  # fmt: skip
+    if per_node and device in r["set_device"] and device not in r["set_before_group"]:
+        return failed(
+            NAME, GROUP, f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
+            f"process {rank} {where} called set_device({device!r}) only after "
+            "init_process_group",
+            "ddp_setup: in which order does it select the GPU and join the group? Calls that "
+            "name no device (the group's own barrier among them) use the GPU selected when "
+            "they run",
+            answer='torch.cuda.set_device(device) when device.type == "cuda", before '
+            "init_process_group",
+        )  # fmt: skip
     if per_node and device not in r["set_device"]:
         return failed(
             NAME, GROUP, f"ddp_setup to select {device} (torch.cuda.set_device) before the group",

@@ -1,4 +1,4 @@
-"""Checks for the exercises of notebooks 12_batches, 13_evaluation and 14_debugging.
+"""Checks for the exercises of notebooks 12_batches and 13_evaluation (14's: :mod:`.debugging`).
 
 Each failure says what happened and where to look; the line that fixes it
 is shown after a few tries at the same mistake, or with ``reveal=True``.
@@ -26,6 +26,10 @@ RATE = "the optimiser's learning rate"
 
 #: (images per rank, world size) pairs that check_global_batch asks about.
 BATCH_CASES = ((32, 1), (32, 2), (16, 4), (64, 8), (8, 3))
+
+#: More pairs it asks about and never lists, so that a table of BATCH_CASES' answers
+#: written in by hand fails.
+UNLISTED_CASES = ((12, 5), (40, 3), (24, 6))
 
 #: Micro-batches per optimiser step in check_accumulate.
 MICRO_BATCHES = 4
@@ -60,7 +64,7 @@ def check_global_batch(
     """
     name = "check_global_batch"
     size = len(data.digits("train"))
-    for per_rank, world_size in BATCH_CASES:
+    for per_rank, world_size in BATCH_CASES + UNLISTED_CASES:
         try:
             answer = plan_batches(per_rank, world_size)
         except NotImplementedError:
@@ -85,9 +89,9 @@ def check_global_batch(
             return failed(
                 name,
                 DATA,
-                f"{per_rank} images per rank on {world_size} rank(s): a global batch of {real} "
-                "(what the ranks' first steps hold together)",
-                f"global_batch = {global_batch!r}",
+                "the images all ranks' first steps hold together",
+                f"for {per_rank} images per rank on {world_size} rank(s), global_batch = "
+                f"{global_batch!r}",
                 "each rank's loader gives per_rank images, and one DDP step averages the "
                 "gradients of all ranks: how many images does one step follow?",
                 answer="global_batch = per_rank * world_size",
@@ -97,9 +101,9 @@ def check_global_batch(
             return failed(
                 name,
                 RATE,
-                f"lr {rule:g} for a global batch of {real} (lr {base_lr:g} at {base_batch}, "
-                "scaled by the same factor as the batch)",
-                f"lr = {lr!r}",
+                f"lr {base_lr:g} at a batch of {base_batch}, scaled by the factor the batch "
+                "grew by",
+                f"for {per_rank} images per rank on {world_size} rank(s), lr = {lr!r}",
                 "the linear scaling rule: the learning rate grows by the factor the batch "
                 f"grew by, from base_batch ({base_batch}) to the global batch (not with the "
                 "world size alone)",
@@ -146,8 +150,8 @@ def check_accumulate(path: str | Path, *, reveal: bool = False) -> Result:
             name,
             MODEL,
             "one all-reduce of the gradients, in the last backward",
-            "no all-reduce at all: every backward ran inside no_sync()"
-            + (f"; the ranks' weights now differ by up to {ranks_gap:.3g}" if len(got) > 1 else ""),
+            "DDP's own gradient exchange never ran: every backward was inside no_sync()"
+            + (f"; the ranks' weights now differ by up to {ranks_gap:.3g}" if ranks_gap else ""),
             "leave the last micro-batch's backward outside model.no_sync()",
         )
     if exchanges > 1:
@@ -264,8 +268,11 @@ def check_evaluate(path: str | Path, *, reveal: bool = False) -> Result:
     """Launch the learner's ``evaluate`` on every rank; compare with the whole test set.
 
     Every rank must return the accuracy on all 359 test images, having
-    looked at its own part of them (each image once, over all ranks).
-    ``reveal=True`` shows the line that fixes a failure now.
+    given the model its own part of them (each image once, over all ranks,
+    however the answer reaches the images). It runs again on the first 251
+    images with a model trained for fewer steps, so that an accuracy that
+    does not follow from the model and the data fails there. ``reveal=True``
+    shows the line that fixes a failure now.
     """
     name = "check_evaluate"
     plan = devices.plan()
@@ -279,60 +286,75 @@ def check_evaluate(path: str | Path, *, reveal: bool = False) -> Result:
             "call all_reduce on every rank (not inside `if rank == 0:`)",
         ),
     )  # fmt: skip
-    size = len(data.digits("test"))
-    truth = got[0]["truth"]
+    for case in range(len(probes.EVALUATE_CASES)):
+        wrong = _evaluation_wrong([r["cases"][case] for r in got], case)
+        if wrong is not None:
+            return wrong
+    first = got[0]["cases"][0]
+    return passed(
+        name,
+        f"{plan.world_size} rank(s) each evaluated their own part, every image once, and "
+        f"all returned the accuracy on all {first['size']} images ({first['truth']:.4f}).",
+    )
+
+
+def _evaluation_wrong(got: list[dict], case: int) -> Result | None:
+    """check_evaluate's failure for one case (the ranks' reports of it), or None."""
+    name = "check_evaluate"
+    size = got[0]["size"]
+    on = f"on {size} test images" + (" (the second run)" if case else "")
     accuracies = [r["accuracy"] for r in got]
     if len(got) > 1 and max(accuracies) - min(accuracies) > 1e-9:
         return failed(
             name,
             GROUP,
-            f"the same accuracy on every rank ({truth:.4f})",
-            f"per rank: {[round(a, 4) for a in accuracies]}, each of its own part",
+            "the same accuracy on every rank",
+            f"{on}, per rank: {[round(a, 4) for a in accuracies]}",
             "evaluate, after counting: each rank counted its own part only; the ranks must "
             "combine what they counted before anyone divides",
             answer="all_reduce a tensor of (right answers, images) on every rank, then divide",
         )
-    looked = [i for r in got for i in r["looked_at"]]
-    if looked:
-        twice = sorted({i for i in looked if looked.count(i) > 1})
-        if len(got) > 1 and len(twice) == size:
-            return failed(
-                name,
-                DATA,
-                f"each rank on its own part of the {size} images",
-                f"every rank evaluated all {size} images",
-                "evaluate, where the images to look at are chosen: each rank must take its own "
-                "part of the test set, every image in exactly one part",
-                answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
-            )
-        if twice:
-            return failed(
-                name,
-                DATA,
-                f"each of the {size} test images counted once",
-                f"{len(twice)} image(s) counted more than once ({twice[:5]}): "
-                "a DistributedSampler pads every rank's share to the same length",
-                "evaluate, where the images to look at are chosen: split the test set without "
-                "padding, so that every image is in exactly one rank's part",
-                answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
-            )
-        missed = size - len(set(looked))
-        if missed:
-            return failed(
-                name,
-                DATA,
-                f"all {size} test images evaluated",
-                f"{missed} were never looked at",
-                "cover every index once",
-            )
-    if abs(accuracies[0] - truth) > 1e-6:
+    given = [r["forwarded"] for r in got]
+    everything = [i for indices in given for i in indices]
+    if len(got) > 1 and all(len(set(indices) - {-1}) == size for indices in given):
+        return failed(
+            name,
+            DATA,
+            f"each rank to give the model its own part of the {size} images",
+            f"{on}: every rank gave the model all {size} images",
+            "evaluate, where the images to look at are chosen: each rank must take its own "
+            "part of the test set, every image in exactly one part",
+            answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
+        )
+    twice = sorted({i for i in everything if i >= 0 and everything.count(i) > 1})
+    if twice:
+        return failed(
+            name,
+            DATA,
+            "each test image given to the model once, over all ranks",
+            f"{on}: {len(twice)} image(s) went through the model more than once (indices "
+            f"{twice[:5]}); a DistributedSampler pads every rank's share to the same length",
+            "evaluate, where the images to look at are chosen: split the test set without "
+            "padding, so that every image is in exactly one rank's part",
+            answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
+        )
+    missed = size - len(set(everything) - {-1})
+    if missed:
+        return failed(
+            name,
+            DATA,
+            "every test image given to the model",
+            f"{on}: {missed} never went through it on any rank",
+            "evaluate: do the ranks' parts together cover every index of test_dataset?",
+        )
+    if abs(accuracies[0] - got[0]["truth"]) > 1e-6:
         if len(got) > 1 and abs(accuracies[0] - got[0]["mean_of_parts"]) < 1e-6:
             return failed(
                 name,
                 GROUP,
-                f"accuracy {truth:.4f} (right answers / images, over all)",
-                f"{accuracies[0]:.4f}, the mean of the ranks' accuracies: the parts have "
-                "different sizes",
+                "right answers / images, counted over all ranks",
+                f"{on}: {accuracies[0]:.4f}, the mean of the ranks' accuracies: the parts "
+                "have different sizes",
                 "evaluate, after counting: parts of different sizes weigh differently; "
                 "combine the counts, not the accuracies",
                 answer="all_reduce a tensor of (right answers, images), then divide once",
@@ -340,137 +362,10 @@ def check_evaluate(path: str | Path, *, reveal: bool = False) -> Result:
         return failed(
             name,
             GROUP,
-            f"accuracy {truth:.4f} on the {size} test images",
-            f"{accuracies[0]:.4f}",
-            "count right answers and images, all_reduce both",
+            "the accuracy of the model it is given, on the test set it is given",
+            f"{on}: every rank returned {accuracies[0]:.4f}, which is not the share of "
+            "those images the model gets right",
+            "evaluate: is the accuracy computed from the model's predictions, with right "
+            "answers and images added up over all ranks?",
         )
-    return passed(
-        name,
-        f"{plan.world_size} rank(s) each evaluated their own part, every image once, and "
-        f"all returned the accuracy on all {size} images ({truth:.4f}).",
-    )
-
-
-# -- 14, exercise 1: parameters without a gradient -----------------------------------------
-@graded
-def check_unused(params_without_grad: Callable, *, reveal: bool = False) -> Result:
-    """Check ``params_without_grad(model, loss)`` names what DDP's own error names.
-
-    The learner's function runs here, on a plain ``Branchy`` network (a head
-    the loss ignores, a frozen layer); the same network then trains under
-    DDP on real ranks until DDP fails, with its debug level at INFO, and
-    the parameters its error names are the expected answer. Names are
-    compared, as ``model.named_parameters()`` gives them: an answer of
-    positions (DDP's error also lists indices) or of the parameters
-    themselves is told so. ``reveal=True`` shows the line that fixes a
-    failure now.
-    """
-    name = "check_unused"
-    import torch
-
-    torch.manual_seed(0)
-    model = probes.Branchy()
-    try:
-        answer = params_without_grad(model, probes.branchy_loss(model))
-    except NotImplementedError:
-        return not_attempted(name, "params_without_grad()")
-    except Exception as error:  # learner code
-        return failed(
-            name,
-            MODEL,
-            "params_without_grad() to run",
-            quote(error),
-            "params_without_grad: the line the error names (p.grad is None for a "
-            "parameter that got no gradient)",
-        )
-    if base.is_stub(answer):
-        return not_attempted(name, "params_without_grad()")
-    got, error = base.launch_probe(devices.plan().world_size, probes.ddp_unused)
-    if error is not None:
-        return failed(
-            name,
-            MODEL,
-            "DDP's own run to report its unused parameters",
-            quote(error),
-            "this is the check's own run: re-run the cell",
-        )
-    named = got[0]["named"]
-    try:
-        given = list(answer)
-    except TypeError:
-        given = None
-    if given is None or isinstance(answer, (str, bytes)):
-        return failed(
-            name,
-            MODEL,
-            f"a list of parameter names such as {named}",
-            repr(answer)[:200],
-            "return the names from model.named_parameters()",
-        )
-    if given and all(isinstance(n, torch.Tensor) for n in given):
-        return failed(
-            name,
-            MODEL,
-            f"{named}: names, as model.named_parameters() gives them (the check compares names)",
-            f"{len(given)} tensor(s): the parameters themselves, not their names",
-            "params_without_grad's return: model.named_parameters() gives each parameter "
-            "with its name; return the names",
-        )
-    yours = sorted(str(n) for n in given)
-    if yours == named:
-        return passed(name, f"{named}: exactly the parameters DDP's error names.")
-    everything = [n for n, _ in model.named_parameters()]
-    frozen = sorted(n for n, p in model.named_parameters() if not p.requires_grad)
-    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    positions = _positions(given)
-    if positions is not None:
-        why = (
-            "positions, not names: the check compares names, as model.named_parameters() "
-            "gives them (DDP's error lists the names beside the indices)"
-        )
-        for order, among in ((trainable, "the parameters that train, as DDP numbers them"),
-                             (everything, "model.named_parameters()")):  # fmt: skip
-            if all(i < len(order) for i in positions) and (
-                sorted(order[i] for i in positions) == named
-            ):
-                why += f" (they are the right parameters, counted in {among})"
-                break
-        return failed(
-            name, MODEL, f"{named}: names (the check compares names)", f"{positions}: {why}",
-            "params_without_grad's return: keep each parameter's name, not its position",
-            answer="[name for name, p in model.named_parameters() "
-            "if p.requires_grad and p.grad is None], after loss.backward()",
-        )  # fmt: skip
-    if yours == sorted(trainable):
-        why = "every trainable parameter: was loss.backward() called before looking?"
-    elif set(frozen) & set(yours):
-        extra = sorted(set(frozen) & set(yours))
-        why = f"{extra} never train (requires_grad=False), and DDP skips them"
-    elif not set(yours) & set(everything):
-        why = (
-            "none of these is a parameter's name: the check compares names, as "
-            "model.named_parameters() gives them"
-        )
-    else:
-        why = "not the parameters that got no gradient (the check compares names)"
-    return failed(
-        name,
-        MODEL,
-        f"{named} (what DDP's error names)",
-        f"{yours}: {why}",
-        "params_without_grad: look at every parameter after loss.backward(): one the loss "
-        "did not use has no gradient; frozen ones never train, and DDP leaves them out",
-        answer="[name for name, p in model.named_parameters() "
-        "if p.requires_grad and p.grad is None], after loss.backward()",
-    )
-
-
-def _positions(given: list) -> list[int] | None:
-    """The answer as whole numbers, if it is positions (ints, or strings of digits), else None."""
-    if not given:
-        return None
-    if all(isinstance(i, int) and not isinstance(i, bool) for i in given):
-        return [int(i) for i in given]
-    if all(isinstance(i, str) and i.strip().isdigit() for i in given):
-        return [int(i) for i in given]
     return None

@@ -2,8 +2,7 @@
 
 The learner turns the single-device script of ``01_why_ddp`` into a DDP
 script with its own ``__main__`` block. :func:`check_ddp_script` runs it
-for real, in three steps, each cheaper than the next and each naming the
-stage and the line at fault:
+for real, in four steps, each naming the stage and the line at fault:
 
 1. the script as ``python file.py`` runs it, up to its ``mp.spawn`` call:
    how many processes it would start on this machine, with which arguments
@@ -12,7 +11,12 @@ stage and the line at fault:
    device each rank gets on this machine (:func:`.probes.script.setup`);
 3. the whole script under the doctor (:func:`ddp_lesson.doctor.diagnose`):
    the data each rank iterated, the model's parameters after a few steps
-   on every rank, and the teardown.
+   on every rank, and the teardown;
+4. its ``main`` in warm ranks, twice (:mod:`..probes.training`): the
+   gradients of its first optimiser steps against the reference's (the
+   single-device loss on each rank's batch, averaged over the ranks, within
+   :data:`GRADIENT_TOLERANCE`), which ranks print, and whether the group is
+   released when training raises.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ... import devices, launch
 from ...reports import counted
 from ...stages import stage
 from ..probes import script as probes
+from ..probes import training
 from . import base
 from .base import (
     Result,
@@ -49,6 +54,14 @@ STUB = 'raise NotImplementedError("your code here")'
 
 #: Seconds the doctor's run of the whole script may take (it starts fresh interpreters).
 DOCTOR_TIMEOUT_S = 120
+
+#: Largest difference between the gradients an answer steps with and the reference's,
+#: as a share of the reference's largest gradient: the same sums, added in another order.
+GRADIENT_TOLERANCE = 1e-4
+
+#: What owns a log line printed on every rank: none of a DDP script's stages (each runs
+#: right), but the lines that print.
+LOG = "the training log"
 
 #: What each stage must show, as a failure says it.
 EXPECTED = {
@@ -176,13 +189,19 @@ def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
             NAME, title, EXPECTED[key], f"the run did not show it: {verdict.evidence}",
             f"make sure main does {stage(key).owner}",
         )  # fmt: skip
+    for judge in (_trains, _released_after_error):
+        wrong = judge(file, tree, lines, epochs if isinstance(epochs, int) else 2)
+        if wrong is not None:
+            return wrong
     return passed(
         NAME,
         f"python {Path(file).name} started {counted(plan.world_size, 'process', 'processes')} "
         "that joined one "
         f"{plan.backend} group; over {epochs} epochs each rank iterated its own shard, "
         "reshuffled each epoch, the DDP model's parameters were identical on every rank "
-        "after every step, and every rank released the group.",
+        "after every step, and every rank released the group. Its first steps used the "
+        "reference's gradients (each rank's loss, averaged over the ranks), only rank 0 "
+        "printed, and the group was released after an error raised during training too.",
     )
 
 
@@ -308,4 +327,102 @@ def _joined(got: list[dict], plan, lines: list[str], init_line: int | None) -> R
                 answer="device = device_for(rank, world_size); torch.cuda.set_device(device) "
                 "when it is a GPU; return device",
             )  # fmt: skip
+    return None
+
+
+def _first_line(tree: ast.Module, lines: list[str], *names: str) -> str:
+    """``line N: text`` of the first call of any of ``names``, or "" when there is none."""
+    calls = sorted((c for name in names for c in _calls(tree, name)), key=lambda c: c.lineno)
+    return _line(lines, calls[0].lineno) if calls else ""
+
+
+def _trains(file: str, tree: ast.Module, lines: list[str], epochs: int) -> Result | None:
+    """A failure if the script's training differs from the reference's, or ranks > 0 log.
+
+    The learner's ``main`` runs in warm ranks; at each of its first optimiser
+    steps, the gradients of the model DDP wraps are compared with the
+    reference's: the single-device script's loss on each rank's own batch,
+    at the same weights, averaged over the ranks (see
+    :mod:`..probes.training`). Then, with more than one rank, only rank 0
+    may have printed or logged.
+    """
+    got = launch_checked(
+        NAME, file, training.training, "main()", epochs, stage=MODEL,
+        expected="main(rank, world_size, port, epochs) to train in every rank",
+        fix="main: the line the error names",
+    )  # fmt: skip
+    for report in got:
+        rank = report["rank"]
+        for number, step in enumerate(report["steps"], 1):
+            where = f"at rank {rank}'s optimizer.step() number {number}"
+            if step["held"] < step["wrapped"]:
+                return failed(
+                    NAME, MODEL, "the optimizer to update the model DDP wraps",
+                    f"{where}, the optimizer held {step['held']} of the {step['wrapped']} "
+                    "parameter tensors of the model that DDP wrapped and that the loss came "
+                    "from: those it does not hold never change",
+                    (_first_line(tree, lines, *OPTIMIZERS) or "where the optimizer is built")
+                    + ": which model's parameters is it given, and is that the model that "
+                    "is wrapped and trained?",
+                )  # fmt: skip
+            if step["reference"] is None or step["grads"] is None:
+                continue
+            references = [
+                r["steps"][number - 1]["reference"] for r in got if len(r["steps"]) >= number
+            ]
+            if len(references) < len(got) or any(ref is None for ref in references):
+                continue
+            mean = sum(references) / len(references)
+            scale = float(mean.abs().max()) or 1.0
+            off = float((step["grads"] - mean).abs().max())
+            if off > GRADIENT_TOLERANCE * scale:
+                ratio = float(step["grads"] @ mean) / float(mean @ mean or 1.0)
+                return failed(
+                    NAME, MODEL,
+                    "the gradient of the mean loss of each rank's batch, averaged over the "
+                    "ranks (what DDP's all-reduce gives)",
+                    f"{where}, the gradients it stepped with were {ratio:.3g} times that "
+                    f"average, and differ from it by up to {off:.3g}",
+                    "the loss and the backward in main: DDP already averages the gradients "
+                    "over the ranks; is the loss scaled, or are gradients kept from an "
+                    "earlier step?",
+                )  # fmt: skip
+    if len(got) > 1:
+        for report in got[1:]:
+            if report["said"]:
+                line, text = report["said"][0]
+                at = _line(lines, line) or "a line outside the script"
+                return failed(
+                    NAME, LOG, "the log printed by rank 0 alone",
+                    f"rank {report['rank']} printed or logged {len(report['said'])} line(s), "
+                    f"the first {text!r}, from {at}",
+                    "the line that prints: which rank runs it?",
+                    answer="print(...) under `if rank == 0:`",
+                )  # fmt: skip
+    return None
+
+
+#: The optimisers a script is likely to build, by the name of their class.
+OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad")
+
+
+def _released_after_error(
+    file: str, tree: ast.Module, lines: list[str], epochs: int
+) -> Result | None:
+    """A failure if an error during training leaves the group unreleased."""
+    got = launch_checked(
+        NAME, file, training.after_error, "main()", epochs, stage=TEARDOWN,
+        expected="main to end when its training raises",
+        fix="main: the line the error names",
+    )  # fmt: skip
+    kept = [r["rank"] for r in got if not r["released"]]
+    if kept:
+        where = _first_line(tree, lines, "destroy_process_group")
+        return failed(
+            NAME, TEARDOWN, "the group released at the end, even after an error",
+            f"the check raised an error after rank {kept[0]}'s first optimizer.step(); main "
+            f"ended with the error, and rank {kept[0]}'s group had not been released",
+            (where or "main") + ": does it run when training raises? (try: ... finally:)",
+            answer="the training inside try:, destroy_process_group() in its finally:",
+        )  # fmt: skip
     return None

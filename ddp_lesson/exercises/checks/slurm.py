@@ -63,10 +63,82 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
         A :class:`Result`: passed, with a few lines saying what the job will
         start; or failed, listing every piece that does not agree.
     """
-    from torch.distributed.run import get_args_parser
-
     text = Path(path).read_text().replace("\\\n", " ")
     sbatch = {name: _plain(value) for name, value in SBATCH_OPTION.findall(text)}
+    parsed = _torchrun_line(path, text)
+    if isinstance(parsed, Result):
+        return parsed
+    given, problems = parsed
+    if given.training_script != script:
+        problems.append(f"torchrun runs {given.training_script}, not {script}")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            parse_args(given.training_script_args)
+    except SystemExit:
+        problems.append(f"{script} rejects its arguments: {said.getvalue().strip()}")
+    problems += _placement_problems(sbatch, given)
+    problems += _restart_problems(text, given.max_restarts)
+    if problems:
+        return failed(
+            NAME,
+            SPAWNING,
+            f"{path} to start {script} the way its worker expects",
+            "\n".join(f"- {p}" for p in problems),
+            "the lines named above",
+        )
+    return passed(
+        NAME,
+        "\n"
+        + "\n".join(
+            [
+                f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, --ntasks-per-node=1)",
+                f"ranks per node: one per GPU ({_gpu_count(sbatch)} GPUs, --nproc-per-node="
+                f"{given.nproc_per_node})",
+                f"rendezvous: c10d at {given.rdzv_endpoint}, job id {given.rdzv_id}",
+                f"each rank runs: {script} {' '.join(given.training_script_args)}",
+                f"restarts allowed: {given.max_restarts}",
+            ]
+        ),
+    )
+
+
+def _gpu_count(sbatch: dict[str, str]) -> str | None:
+    """GPUs per node from ``#SBATCH --gpus-per-node`` ("a100:4" is 4 GPUs of type a100)."""
+    gpus = sbatch.get("gpus-per-node")
+    return gpus.rsplit(":", 1)[-1] if gpus else None
+
+
+def _placement_problems(sbatch: dict[str, str], given) -> list[str]:
+    """What does not agree in where the ranks run: nodes, ranks per node, the rendezvous."""
+    problems = []
+    if sbatch.get("ntasks-per-node") != "1":
+        problems.append(
+            "#SBATCH --ntasks-per-node=1 is missing: srun must start one torchrun "
+            "per node, which then starts that node's ranks"
+        )
+    if _plain(given.nnodes) not in ("$SLURM_NNODES", sbatch.get("nodes")):
+        problems.append(
+            f"--nnodes={given.nnodes} is not the allocation's --nodes (use --nnodes=$SLURM_NNODES)"
+        )
+    gpus, count = sbatch.get("gpus-per-node"), _gpu_count(sbatch)
+    if given.nproc_per_node not in ("gpu", count):
+        problems.append(
+            f"--nproc-per-node={given.nproc_per_node} is not one rank per GPU "
+            f"(#SBATCH --gpus-per-node={gpus}; or use --nproc-per-node=gpu)"
+        )
+    if given.rdzv_backend != "c10d" or ":" not in given.rdzv_endpoint:
+        problems.append("use --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT of one node")
+    return problems
+
+
+def _torchrun_line(path: str | os.PathLike, text: str):
+    """The ``srun torchrun ...`` line parsed by torchrun's own parser, and what is wrong with it.
+
+    Returns ``(arguments, problems)``, or a failed :class:`Result` when there
+    is no such line or torchrun rejects it.
+    """
+    from torch.distributed.run import get_args_parser
+
     calls = [
         shlex.split(line, comments=True)
         for line in text.splitlines()
@@ -95,51 +167,4 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
             f"torchrun rejects its arguments: {said.getvalue().strip()}",
             "the srun torchrun line",
         )
-    if given.training_script != script:
-        problems.append(f"torchrun runs {given.training_script}, not {script}")
-    try:
-        with contextlib.redirect_stderr(io.StringIO()) as said:
-            parse_args(given.training_script_args)
-    except SystemExit:
-        problems.append(f"{script} rejects its arguments: {said.getvalue().strip()}")
-    if sbatch.get("ntasks-per-node") != "1":
-        problems.append(
-            "#SBATCH --ntasks-per-node=1 is missing: srun must start one torchrun "
-            "per node, which then starts that node's ranks"
-        )
-    if _plain(given.nnodes) not in ("$SLURM_NNODES", sbatch.get("nodes")):
-        problems.append(
-            f"--nnodes={given.nnodes} is not the allocation's --nodes (use --nnodes=$SLURM_NNODES)"
-        )
-    gpus = sbatch.get("gpus-per-node")
-    count = gpus.rsplit(":", 1)[-1] if gpus else None  # "a100:4" is 4 GPUs of type a100
-    if given.nproc_per_node not in ("gpu", count):
-        problems.append(
-            f"--nproc-per-node={given.nproc_per_node} is not one rank per GPU "
-            f"(#SBATCH --gpus-per-node={gpus}; or use --nproc-per-node=gpu)"
-        )
-    if given.rdzv_backend != "c10d" or ":" not in given.rdzv_endpoint:
-        problems.append("use --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT of one node")
-    problems += _restart_problems(text, given.max_restarts)
-    if problems:
-        return failed(
-            NAME,
-            SPAWNING,
-            f"{path} to start {script} the way its worker expects",
-            "\n".join(f"- {p}" for p in problems),
-            "the lines named above",
-        )
-    return passed(
-        NAME,
-        "\n"
-        + "\n".join(
-            [
-                f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, --ntasks-per-node=1)",
-                f"ranks per node: one per GPU ({count} GPUs, --nproc-per-node="
-                f"{given.nproc_per_node})",
-                f"rendezvous: c10d at {given.rdzv_endpoint}, job id {given.rdzv_id}",
-                f"each rank runs: {script} {' '.join(given.training_script_args)}",
-                f"restarts allowed: {given.max_restarts}",
-            ]
-        ),
-    )
+    return given, problems

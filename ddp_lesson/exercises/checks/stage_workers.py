@@ -1,4 +1,4 @@
-"""Checks for the exercises of the lesson's stages (notebooks 02 to 06).
+"""Checks for the exercises of the lesson's stages (notebooks 02 to 06; 04's: :mod:`.sampler`).
 
 A failure of a file's check says what happened and where to look; the line
 that fixes it comes after a few tries at the same mistake, or with
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ... import data, devices, launch, reports
+from ... import devices, launch, reports
 from ...stages import stage
 from ..probes import stage_workers as probes
-from . import answers, base
+from . import base
 from .base import Result, failed, graded, launch_checked, not_attempted, passed, quote
 
 SPAWNING = stage("spawning").title
@@ -21,6 +21,13 @@ GROUP = stage("process_group").title
 DATA = stage("data_division").title
 MODEL = stage("model_wrapping").title
 TEARDOWN = stage("teardown").title
+
+#: Largest difference of weights or gradients between ranks that still counts as equal.
+SAME = 1e-6
+
+#: Largest difference from the reference's gradients (summed in another order) that still
+#: counts as the same.
+NEAR = 1e-5
 
 
 # The multiple-choice answers: (check, right letter, stage, said on a pass,
@@ -86,7 +93,10 @@ def check_spawn(start: Callable, world_size: object) -> Result:
                 "no process was started (nprocs=0 starts nothing, silently)",
                 "the mp.spawn call: nprocs=world_size",
             )
-        return failed(name, SPAWNING, "every rank to run main", quote(error), "the mp.spawn call")
+        return failed(
+            name, SPAWNING, "every rank to run main", quote(error),
+            "start(): how are the processes started, and with which arguments?",
+        )  # fmt: skip
     except Exception as error:  # learner code: report it, never a traceback wall
         return failed(
             name,
@@ -103,7 +113,7 @@ def check_spawn(start: Callable, world_size: object) -> Result:
             SPAWNING,
             f"ranks {expected}, one process each",
             f"ranks {ranks} reported",
-            "the mp.spawn call: nprocs must be world_size",
+            "start(): how many processes does it start, and is each given a rank of its own?",
         )
     if {r["world_size"] for r in run.reports} != {world_size}:
         return failed(
@@ -111,7 +121,7 @@ def check_spawn(start: Callable, world_size: object) -> Result:
             SPAWNING,
             f"every rank told world_size={world_size}",
             f"ranks were told {[r['world_size'] for r in run.reports]}",
-            "the mp.spawn call: args=(world_size, port)",
+            "start(): what is each process told as its world size?",
         )
     return passed(name, f"ranks {ranks} each started once, all told world_size={world_size}.")
 
@@ -158,6 +168,17 @@ def check_process_group(path: str | Path, *, reveal: bool = False) -> Result:
                 "ddp_setup: which rank and world size is init_process_group given?",
                 answer="init_process_group(backend, rank=rank, world_size=world_size)",
             )
+        if report["met_at"] is not None and report["met_at"] != report["given_port"]:
+            return failed(
+                name,
+                GROUP,
+                "the group to meet at the port ddp_setup is given",
+                f"rank {rank}'s group met at port {report['met_at']}, not at the port "
+                "ddp_setup was given",
+                "ddp_setup: where does the port the group meets at come from? A port written "
+                "into the file is busy as soon as two runs share the machine",
+                answer='os.environ["MASTER_PORT"] = str(port)',
+            )
         if report["backend"] != plan.backend:
             return failed(
                 name,
@@ -190,185 +211,18 @@ def check_process_group(path: str | Path, *, reveal: bool = False) -> Result:
     )
 
 
-# -- stage 3: splitting the data ---------------------------------------------------
-@graded
-def check_sampler(
-    path: str | Path, size: int = 10, epochs: int = 2, *, reveal: bool = False
-) -> Result:
-    """Launch the learner's ``make_loader`` and ``epoch_orders``; compare with the real sampler.
-
-    ``reveal=True`` shows the line that fixes a failure now, even on a first try.
-    """
-    name = "check_sampler"
-    plan = devices.plan()
-    got = launch_checked(
-        name, path, probes.sampler, "make_loader() and epoch_orders()", size, epochs,
-        stage=DATA, expected="the loader to run",
-        fix="make_loader / epoch_orders: the line the error names",
-    )  # fmt: skip
-    orders = [r["orders"] for r in got]
-    if any(len(o[0]) == size for o in orders) and plan.world_size > 1:
-        return failed(
-            name,
-            DATA,
-            f"each rank to iterate its own {-(-size // plan.world_size)} of {size} items",
-            f"every rank iterated all {size} items (sampler: {got[0]['sampler']})",
-            "make_loader: a plain DataLoader hands every item to every rank; it needs "
-            "something that gives each rank its own share",
-            answer="DataLoader(..., sampler=DistributedSampler(dataset))",
-        )
-    for epoch in range(epochs):
-        real = data.sampler_partition(size, plan.world_size, epoch=epoch)
-        mine = [o[epoch] for o in orders]
-        if mine == real:
-            continue
-        if epoch > 0 and mine == data.sampler_partition(size, plan.world_size, epoch=0):
-            return failed(
-                name,
-                DATA,
-                f"epoch {epoch} in a new order: {real}",
-                f"the same order as epoch 0: {mine}",
-                "epoch_orders, at the top of each epoch: the sampler shuffles from seed + "
-                "epoch, and nothing told it that the epoch changed",
-                answer="train_loader.sampler.set_epoch(epoch) before each epoch",
-            )
-        return failed(
-            name,
-            DATA,
-            f"epoch {epoch}: {real}",
-            f"epoch {epoch}: {mine}",
-            "make_loader: a DistributedSampler with default shuffle and seed",
-        )
-    return passed(
-        name,
-        f"{epochs} epochs, each split without overlap and reshuffled, "
-        "exactly as DistributedSampler does it.",
-    )
-
-
-def check_sampler_prediction(
-    predicted: object,
-    *,
-    size: int,
-    world_size: int,
-    rank: int,
-    shuffle: bool = True,
-    seed: int = 0,
-    epoch: int = 0,
-    drop_last: bool = False,
-    reveal: bool = False,
-) -> Result:
-    """Compare a predicted index list for one rank with the real ``DistributedSampler``.
-
-    A wrong prediction is first told what kind of mistake it is (how many
-    indices, which positions, the padding, the order); the right list is
-    shown after a few wrong tries, or at once with ``reveal=True``.
-    """
-    name = "check_sampler_prediction"
-    if base.is_stub(predicted):
-        return not_attempted(name, "the prediction line")
-    settings = dict(epoch=epoch, shuffle=shuffle, seed=seed, drop_last=drop_last)
-    partition = data.sampler_partition(size, world_size, **settings)
-    real = partition[rank]
-    try:
-        mine = [int(i) for i in predicted]
-    except (TypeError, ValueError):
-        return failed(
-            name,
-            DATA,
-            f"a list of {len(real)} indices",
-            repr(predicted),
-            "the prediction is a list of whole numbers, e.g. [0, 3, 6]",
-        )
-    key = f"{name}:{size}:{world_size}:{rank}:{sorted(settings.items())}"
-    if mine == real:
-        answers.forget(key)
-        return passed(name, f"rank {rank} gets {real}, as DistributedSampler says.")
-    tries = answers.tried(key)
-    what = _what_is_wrong(mine, partition, size, world_size, rank, settings)
-    if reveal or tries >= answers.REVEAL_AFTER:
-        marks = data.padding_of(partition, size)
-        why = [f"padding repeats {marks['repeated']}"] if marks["repeated"] else []
-        why += [f"drop_last skips {marks['dropped']}"] if marks["dropped"] else []
-        return failed(
-            name,
-            DATA,
-            f"{real}" + (f" ({'; '.join(why)})" if why else ""),
-            f"{mine}: {what}",
-            "data.sampler_partition(...) shows every rank's list",
-        )
-    return failed(
-        name, DATA, f"rank {rank}'s list, in the order the rank meets it", f"{mine}", what
-    )
-
-
-def _what_is_wrong(
-    mine: list[int],
-    partition: list[list[int]],
-    size: int,
-    world_size: int,
-    rank: int,
-    settings: dict,
-) -> str:
-    """One sentence on what kind of mistake a wrong prediction is, without the answer."""
-    real = partition[rank]
-    count = len(real)
-    trimmed = settings["drop_last"]
-    if len(mine) != count:
-        if trimmed:
-            return (
-                f"the length: with drop_last=True every rank gets {size} // {world_size} "
-                "indices, and the leftover items are skipped"
-            )
-        rounded = "rounded up" if size % world_size else "exactly"
-        return (
-            f"the length: every rank gets the same number of indices, {size} / "
-            f"{world_size} {rounded}, so that all ranks take the same number of steps"
-            + ("; the sampler makes up the difference by padding" if size % world_size else "")
-        )
-    if mine in partition:
-        return (
-            f"that is rank {partition.index(mine)}'s list: rank {rank} starts at "
-            f"position {rank} of the order"
-        )
-    if sorted(mine) == sorted(real):
-        return "the right indices in the wrong order: a rank meets them in the sampler's order"
-    # the whole padded order, as the ranks share it: position p goes to rank p % world_size
-    order = [i for indices in zip(*partition, strict=True) for i in indices]
-    block = order[rank * count : (rank + 1) * count]
-    if mine == block:
-        return (
-            "ranks do not take consecutive blocks: a rank takes one position in every "
-            f"{world_size} of the order, starting at its own rank"
-        )
-    if settings["shuffle"]:
-        unshuffled = data.sampler_partition(size, world_size, **{**settings, "shuffle": False})
-        if mine == unshuffled[rank]:
-            return (
-                "the order: shuffle=True, so the order is a permutation drawn from "
-                "seed + epoch, not 0, 1, 2, ..."
-            )
-        if settings["epoch"]:
-            first = data.sampler_partition(size, world_size, **{**settings, "epoch": 0})
-            if mine == first[rank]:
-                return (
-                    f"that is epoch 0's list: set_epoch({settings['epoch']}) draws a "
-                    "new permutation"
-                )
-    if mine[: count - 1] == real[: count - 1]:
-        return "the last index: the padding repeats indices from the start of the order, in order"
-    return (
-        "work it through: the order (0, 1, 2, ... unless shuffled), made long enough "
-        f"for {world_size} equal shares, then rank {rank}'s positions"
-    )
-
-
 # -- stage 4: synchronising the model ------------------------------------------------
 @graded
 def check_wrap(path: str | Path, *, reveal: bool = False) -> Result:
     """Launch the learner's ``wrap(model, rank, device)`` and compare weights and gradients.
 
-    ``reveal=True`` shows the line that fixes a failure now, even on a first try.
+    Every rank starts from weights of its own and takes one backward on a
+    batch of its own. The weights and gradients must then be equal on every
+    rank (within :data:`SAME`), and the gradients equal to the reference's:
+    rank 0's starting weights, each rank's gradient on its own batch,
+    averaged over the ranks (within :data:`NEAR`). Any wrapper that does
+    this passes, a subclass of DDP included. ``reveal=True`` shows the line
+    that fixes a failure now, even on a first try.
     """
     plan = devices.plan()
     name = "check_wrap"
@@ -387,26 +241,41 @@ def check_wrap(path: str | Path, *, reveal: bool = False) -> Result:
                 "wrap: the model must be on the rank's device before DDP wraps it",
                 answer="model = model.to(device), before DDP(...)",
             )
-    if any(r["wrapper"] != "DistributedDataParallel" for r in got):
-        gap = reports.max_abs_difference([r["grads"] for r in got])
+    gap = reports.max_abs_difference([r["grads"] for r in got])
+    plain = [r for r in got if not r["is_ddp"]]
+    if plain and gap > SAME:
         return failed(
             name,
             MODEL,
-            "a DistributedDataParallel model with equal gradients on every rank",
-            f"a plain {got[0]['wrapper']}; gradients differ by up to {gap:.3g}",
+            "a model whose gradients DDP averages over the ranks",
+            f"wrap returned a {plain[0]['wrapper']} on rank {plain[0]['rank']}, not a "
+            f"DistributedDataParallel; after one backward the ranks' gradients differ by up "
+            f"to {gap:.3g}",
             "wrap's return: what it returns is what trains, and only DDP's wrapper averages "
             "the gradients",
             answer="return DDP(model) (device_ids=[rank] on a GPU), after moving it to the device",
         )
     for key, what in (("params", "weights"), ("grads", "gradients")):
         gap = reports.max_abs_difference([r[key] for r in got])
-        if gap > 1e-6:
+        if gap > SAME:
             return failed(
                 name,
                 MODEL,
                 f"identical {what} on every rank",
-                f"{what} differ by up to {gap:.3g}",
-                "wrap: DDP(model, ...)",
+                f"{what} differ between ranks by up to {gap:.3g}",
+                "wrap: what does it return, and is that what DDP wrapped?",
+            )
+    for report in got:
+        off = float((report["grads"] - report["reference"]).abs().max())
+        if off > NEAR:
+            return failed(
+                name,
+                MODEL,
+                "the gradients of rank 0's starting weights, averaged over the ranks' batches",
+                f"rank {report['rank']}'s gradients are equal on every rank but differ from "
+                f"that average by up to {off:.3g}",
+                "wrap: is the model DDP wraps the one that was given, and are the gradients "
+                "changed after the all-reduce?",
             )
     return passed(
         name,

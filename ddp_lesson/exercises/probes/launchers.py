@@ -41,9 +41,10 @@ class SetupReport(TypedDict):
     backend: str
     asked_backend: str | None
     set_device: list[str]
+    set_before_group: list[str]  # the set_device calls made before init_process_group
 
 
-_seen: dict = {"asked_backend": None, "set_device": []}
+_seen: dict = {"asked_backend": None, "set_device": [], "set_before_group": []}
 
 
 def _observe(rank: int, worker, node: int) -> None:
@@ -62,6 +63,7 @@ def _observe(rank: int, worker, node: int) -> None:
         backend=str(dist.get_backend()),
         asked_backend=_seen["asked_backend"],
         set_device=list(_seen["set_device"]),
+        set_before_group=list(_seen["set_before_group"]),
     )
     dist.barrier()  # no rank leaves while another still connects to it
     dist.destroy_process_group()
@@ -83,6 +85,7 @@ def _record_backend() -> None:
 
     def init_process_group(backend=None, *args, **kwargs):
         _seen["asked_backend"] = None if backend is None else str(backend)
+        _seen["set_before_group"] = list(_seen["set_device"])  # the order the calls came in
         if not torch.cuda.is_available() or _simulated():
             backend = "gloo"  # the GPUs are simulated, or there are none
             kwargs.pop("device_id", None)  # a simulated GPU cannot be bound

@@ -40,11 +40,13 @@ class AccumulateReport(TypedDict):
 
 
 class EvaluateReport(TypedDict):
-    """What :func:`evaluate` sends."""
+    """What :func:`evaluate` sends for each case (a list of them, as ``cases``)."""
 
     rank: int
     accuracy: float
-    looked_at: list[int]
+    looked_at: list[int]  # indices read through the data set's __getitem__
+    forwarded: list[int]  # indices of the images given to the model (-1: not a test image)
+    size: int
     truth: float
     mean_of_parts: float
 
@@ -54,7 +56,7 @@ class UnusedReport(TypedDict):
 
     rank: int
     error: str
-    named: list[str]
+    named: list[list[str]]  # for each of HEADS, the names DDP's error gives
 
 
 class SeedsReport(TypedDict):
@@ -198,8 +200,14 @@ class WatchedTestSet(TensorDataset):
         return super().__getitem__(index)
 
 
-def trained_model() -> nn.Module:
-    """The lesson's network after a few steps: the same on every rank, right on some images only."""
+#: The evaluate check's cases: (test images used, training steps of the model). The
+#: first is what the exercise states; the second changes both, so that an accuracy
+#: written in by hand is wrong there.
+EVALUATE_CASES = ((None, 20), (251, 8))
+
+
+def trained_model(steps: int = 20) -> nn.Module:
+    """The lesson's network after ``steps`` steps: the same on every rank, right on some images."""
     import torch.nn.functional as F
 
     from ...data import digits
@@ -209,7 +217,7 @@ def trained_model() -> nn.Module:
     model = NeuralNetwork()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     features, labels = digits("train").tensors
-    for step in range(20):
+    for step in range(steps):
         batch = slice(step * 64, (step + 1) * 64)
         optimizer.zero_grad()
         F.cross_entropy(model(features[batch]), labels[batch]).backward()
@@ -217,31 +225,62 @@ def trained_model() -> nn.Module:
     return model
 
 
+def _forwarded(model: nn.Module, features: torch.Tensor) -> tuple[list[int], object]:
+    """Note which test images go through ``model``: ``(indices, hook handle)``.
+
+    An image is known by its pixels, however the answer reached it (the
+    data set's items, its ``tensors``, a loader): each row given to the
+    model is looked up among the test images.
+    """
+    where: dict[bytes, int] = {}
+    for index, row in enumerate(features):
+        where.setdefault(row.numpy().tobytes(), index)
+    seen: list[int] = []
+
+    def note(module, inputs) -> None:
+        rows = inputs[0].detach().reshape(len(inputs[0]), -1).cpu().to(features.dtype)
+        seen.extend(where.get(row.numpy().tobytes(), -1) for row in rows)
+
+    return seen, model.register_forward_pre_hook(note)
+
+
 def evaluate(rank: int, world_size: int, port: int, path: str) -> None:
-    """Call the learner's ``evaluate`` on every rank with a DDP model; report what it saw."""
+    """Call the learner's ``evaluate`` on every rank with a DDP model, once per case.
+
+    Reports, per case of :data:`EVALUATE_CASES`, what it returned and which
+    images it looked at (by index) and gave the model.
+    """
     from ...data import digits
 
     worker = load(path)
     device = group.join(rank, world_size, port)
     try:
-        plain = trained_model()
-        features, labels = digits("test").tensors
-        with torch.no_grad():
-            right = plain(features).argmax(dim=1) == labels
-        parts = [right[r::world_size].float().mean().item() for r in range(world_size)]
-        test_dataset = WatchedTestSet(features, labels)
-        model = _wrap(plain, device)
-        accuracy = worker.evaluate(model, test_dataset, rank, world_size, device)
-        _send(
-            EvaluateReport(
-                rank=rank,
-                accuracy=float(accuracy),
-                looked_at=list(test_dataset.looked_at),
-                truth=right.float().mean().item(),
-                mean_of_parts=sum(parts) / world_size,
+        cases = []
+        for used, steps in EVALUATE_CASES:
+            plain = trained_model(steps)
+            features, labels = digits("test").tensors
+            features, labels = features[:used], labels[:used]
+            with torch.no_grad():
+                right = plain(features).argmax(dim=1) == labels
+            parts = [right[r::world_size].float().mean().item() for r in range(world_size)]
+            test_dataset = WatchedTestSet(features, labels)
+            forwarded, hook = _forwarded(plain, features.reshape(len(features), -1))
+            model = _wrap(plain, device)
+            accuracy = worker.evaluate(model, test_dataset, rank, world_size, device)
+            hook.remove()
+            cases.append(
+                EvaluateReport(
+                    rank=rank,
+                    accuracy=float(accuracy),
+                    looked_at=list(test_dataset.looked_at),
+                    forwarded=forwarded,
+                    size=len(features),
+                    truth=right.float().mean().item(),
+                    mean_of_parts=sum(parts) / world_size,
+                )
             )
-        )
-        del model
+            del model
+        send_report(rank, cases=cases)
     finally:
         group.leave()
 
@@ -262,15 +301,20 @@ class Branchy(nn.Module):
         return self.head(hidden), self.aux(hidden)
 
 
-def branchy_loss(model: nn.Module, seed: int = 0) -> torch.Tensor:
-    """The loss of one batch through ``model`` (a ``Branchy``), from its first output only."""
+#: Which of a ``Branchy``'s two outputs each of the unused check's runs trains: the
+#: head first, then the other one, so that the names left out change between runs.
+HEADS = (0, 1)
+
+
+def branchy_loss(model: nn.Module, seed: int = 0, head: int = 0) -> torch.Tensor:
+    """The loss of one batch through ``model`` (a ``Branchy``), from output ``head`` only."""
     import torch.nn.functional as F
 
     generator = torch.Generator().manual_seed(seed)
     features = torch.randn(16, 8, generator=generator)
     labels = torch.randint(0, 3, (16,), generator=generator)
     device = next(model.parameters()).device
-    logits, _ = model(features.to(device))
+    logits = model(features.to(device))[head]
     return F.cross_entropy(logits, labels.to(device))
 
 
@@ -281,18 +325,21 @@ def ddp_unused(rank: int, world_size: int, port: int) -> None:
     device = group.join(rank, world_size, port)
     try:
         dist.set_debug_level(dist.DebugLevel.INFO)  # DDP's error then names them
-        torch.manual_seed(0)
-        model = _wrap(Branchy(), device)
-        error = ""
-        try:
-            for step in range(2):
-                branchy_loss(model, seed=rank + step).backward()
-        except RuntimeError as failure:
-            error = str(failure)
-        found = re.search(r"Parameters which did not receive grad for rank \d+: (.*)", error)
-        named = sorted(found[1].strip().split(", ")) if found else []
-        _send(UnusedReport(rank=rank, error=error.splitlines()[0] if error else "", named=named))
-        del model
+        errors, named = [], []
+        for head in HEADS:
+            torch.manual_seed(0)
+            model = _wrap(Branchy(), device)
+            error = ""
+            try:
+                for step in range(2):
+                    branchy_loss(model, seed=rank + step, head=head).backward()
+            except RuntimeError as failure:
+                error = str(failure)
+            found = re.search(r"Parameters which did not receive grad for rank \d+: (.*)", error)
+            named.append(sorted(found[1].strip().split(", ")) if found else [])
+            errors.append(error.splitlines()[0] if error else "")
+            del model
+        _send(UnusedReport(rank=rank, error=errors[0], named=named))
     finally:
         dist.set_debug_level(dist.DebugLevel.OFF)
         group.leave()

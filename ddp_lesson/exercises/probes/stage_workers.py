@@ -6,6 +6,7 @@ import os
 from typing import TypedDict
 
 import torch
+from torch.utils.data import TensorDataset
 
 from ... import group
 from ...reports import send_report
@@ -30,13 +31,15 @@ class GroupReport(TypedDict):
     backend: str | None
     total: float
     after_cleanup: bool
+    given_port: int  # the port ddp_setup was given
+    met_at: int | None  # the port of the store the group met at (None: not a TCP store)
 
 
 class SamplerReport(TypedDict):
     """What :func:`sampler` sends."""
 
     rank: int
-    orders: list[list[int]]
+    orders: list[list[list[int]]]  # per data set, per epoch: the items in the order met
     sampler: str
 
 
@@ -45,9 +48,11 @@ class WrapReport(TypedDict):
 
     rank: int
     wrapper: str
+    is_ddp: bool  # a DistributedDataParallel, or a subclass of it
     device: str
     params: torch.Tensor
     grads: torch.Tensor
+    reference: torch.Tensor  # the reference's gradients: rank 0's start, averaged over ranks
 
 
 def _send(report: dict) -> None:
@@ -59,13 +64,54 @@ def report_rank(rank: int, world_size: int, port: int) -> None:
     _send(RankReport(rank=rank, world_size=world_size, pid=os.getpid()))
 
 
+#: The environment variable that tells ``init_process_group`` a store is already hosted.
+AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+
+
+def _unhosted_port(rank: int, port: int) -> int:
+    """A port nothing listens on yet, the same on every rank, for the answer's own group.
+
+    The launch hosts a store at ``port`` and tells the ranks so, which is
+    how its own ranks join. The process-group exercise is about that very
+    step: an answer may host the store itself (rank 0 is its server, as
+    ``init_process_group`` makes it without a launch, or as an explicit
+    ``TCPStore(..., is_master=rank == 0)`` does), so it is handed a port
+    that is still free, found by rank 0 and passed on through the launch's
+    store, and the launch's "already hosted" note is taken away.
+    """
+    import socket
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    os.environ.pop(AGENT_STORE, None)
+    meeting = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
+    if rank == 0:
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            meeting.set("exercise_port", str(free.getsockname()[1]))
+    return int(meeting.get("exercise_port"))
+
+
+def _store_port() -> int | None:
+    """The port of the TCP store the default group met at, or ``None`` for another store."""
+    from torch.distributed import distributed_c10d as c10d
+
+    store = c10d._get_default_store()
+    while hasattr(store, "underlying_store"):  # a PrefixStore around the real one
+        store = store.underlying_store
+    return getattr(store, "port", None)
+
+
 def process_group(rank: int, world_size: int, port: int, path: str) -> None:
     """Run the learner's ``ddp_setup`` and ``cleanup`` and report the group's state."""
     import torch.distributed as dist
 
     worker = load(path)
-    worker.ddp_setup(rank, world_size, port)
+    given = _unhosted_port(rank, port)
+    worker.ddp_setup(rank, world_size, given)
     up = dist.is_initialized()
+    met_at = _store_port() if up else None
     backend = str(dist.get_backend()) if up else None
     rank_in_group = dist.get_rank() if up else None
     size_of_group = dist.get_world_size() if up else None
@@ -83,33 +129,44 @@ def process_group(rank: int, world_size: int, port: int, path: str) -> None:
             backend=backend,
             total=total.item(),
             after_cleanup=dist.is_initialized(),
+            given_port=given,
+            met_at=met_at,
         )
     )
 
 
-def sampler(rank: int, world_size: int, port: int, path: str, size: int, epochs: int) -> None:
-    """Build the learner's loader over ``numbered(size)`` and report each epoch's indices."""
-    from ...data import numbered
+#: What item ``i`` of the sampler probe's ``k``-th data set holds: ``(k + 1) * OFFSET + i``.
+#: Numbers that are not the indices themselves, so that lists built without iterating
+#: the loader (from the indices alone) show as such.
+OFFSET = 100
 
+
+def sampler(
+    rank: int, world_size: int, port: int, path: str, sizes: list[int], epochs: int
+) -> None:
+    """Build the learner's loader over data sets of each size; report each epoch's items.
+
+    Item ``i`` of the ``k``-th data set holds the number ``(k + 1) * OFFSET + i``.
+    """
     worker = load(path)
     group.join(rank, world_size, port)
     try:
-        train_loader = worker.make_loader(numbered(size))
-        orders = worker.epoch_orders(train_loader, epochs)
-        _send(
-            SamplerReport(
-                rank=rank,
-                orders=[[int(i) for i in o] for o in orders],
-                sampler=type(getattr(train_loader, "sampler", None)).__name__,
-            )
-        )
+        orders, samplers = [], []
+        for k, size in enumerate(sizes):
+            train_loader = worker.make_loader(TensorDataset(torch.arange(size) + (k + 1) * OFFSET))
+            got = worker.epoch_orders(train_loader, epochs)
+            orders.append([[int(i) for i in o] for o in got])
+            samplers.append(type(getattr(train_loader, "sampler", None)).__name__)
+        _send(SamplerReport(rank=rank, orders=orders, sampler=samplers[0]))
     finally:
         group.leave()
 
 
 def model_wrap(rank: int, world_size: int, port: int, path: str) -> None:
     """Wrap a model with the learner's ``wrap`` and report weights and gradients."""
+    import torch.distributed as dist
     import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
 
     from ...data import digits
     from ...models import NeuralNetwork, flat_gradients, flat_parameters
@@ -117,17 +174,28 @@ def model_wrap(rank: int, world_size: int, port: int, path: str) -> None:
     worker = load(path)
     device = group.join(rank, world_size, port)
     try:
+        features, labels = digits("train")[rank * 32 : (rank + 1) * 32]  # a different batch each
+        features, labels = features.to(device), labels.to(device)
+        # the reference: rank 0's starting weights (what DDP broadcasts), each rank's
+        # gradient on its own batch, averaged over the ranks
+        torch.manual_seed(0)
+        plain = NeuralNetwork().to(device)
+        F.cross_entropy(plain(features), labels).backward()
+        reference = flat_gradients(plain).to(device)
+        dist.all_reduce(reference)
+        reference /= world_size
         torch.manual_seed(rank)  # every rank starts from different weights
         model = worker.wrap(NeuralNetwork(), rank, device)
-        features, labels = digits("train")[rank * 32 : (rank + 1) * 32]  # a different batch each
-        F.cross_entropy(model(features.to(device)), labels.to(device)).backward()
+        F.cross_entropy(model(features), labels).backward()
         _send(
             WrapReport(
                 rank=rank,
                 wrapper=type(model).__name__,
+                is_ddp=isinstance(model, DistributedDataParallel),
                 device=str(next(model.parameters()).device),
                 params=flat_parameters(model),
                 grads=flat_gradients(model),
+                reference=reference.cpu(),
             )
         )
         del model

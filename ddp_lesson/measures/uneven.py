@@ -1,4 +1,4 @@
-"""What `15_first_week` measures in `workers/first_uneven.py`: not part of a DDP script.
+"""What `19_uneven_inputs` measures in `workers/uneven.py`: not part of a DDP script.
 
 The worker imports this module in one line, so the learner reads DDP only.
 """

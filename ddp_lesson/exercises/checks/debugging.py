@@ -1,0 +1,170 @@
+"""Check for the exercise of ``14_debugging``: the parameters a backward leaves without a gradient.
+
+A failure shows what the answer returned and asks where to look; the
+names DDP's error gives are never shown before a pass, and the line that
+fixes it only after a few tries at the same mistake, or with ``reveal=True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ... import devices
+from ...stages import stage
+from ..probes import practice as probes
+from . import base
+from .base import Result, failed, graded, not_attempted, passed, quote
+
+MODEL = stage("model_wrapping").title
+
+
+# -- 14, exercise 1: parameters without a gradient -----------------------------------------
+@graded
+def check_unused(params_without_grad: Callable, *, reveal: bool = False) -> Result:
+    """Check ``params_without_grad(model, loss)`` names what DDP's own error names.
+
+    The learner's function runs here, on a plain ``Branchy`` network (a head
+    the loss ignores, a frozen layer), twice: once with the loss of its first
+    output, once with the loss of its second, so that the names to find
+    change. The same networks then train under DDP on real ranks until DDP
+    fails, with its debug level at INFO, and the parameters its errors name
+    are what each answer is compared with. Names are compared, as
+    ``model.named_parameters()`` gives them: an answer of positions (DDP's
+    error also lists indices) or of the parameters themselves is told so.
+    A failure shows what the answer returned, never the names expected.
+    ``reveal=True`` shows the line that fixes a failure now.
+    """
+    name = "check_unused"
+    import torch
+
+    given = []
+    for head in probes.HEADS:
+        torch.manual_seed(0)
+        model = probes.Branchy()
+        try:
+            answer = params_without_grad(model, probes.branchy_loss(model, head=head))
+        except NotImplementedError:
+            return not_attempted(name, "params_without_grad()")
+        except Exception as error:  # learner code
+            return failed(
+                name,
+                MODEL,
+                "params_without_grad() to run",
+                quote(error),
+                "params_without_grad: the line the error names (p.grad is None for a "
+                "parameter that got no gradient)",
+            )
+        if base.is_stub(answer):
+            return not_attempted(name, "params_without_grad()")
+        given.append((model, answer))
+    got, error = base.launch_probe(devices.plan().world_size, probes.ddp_unused)
+    if error is not None:
+        return failed(
+            name,
+            MODEL,
+            "DDP's own run to report its unused parameters",
+            quote(error),
+            "this is the check's own run: re-run the cell",
+        )
+    named = got[0]["named"]
+    for k, (model, answer) in enumerate(given):
+        wrong = _names_wrong(model, answer, named[k], k, [a for _, a in given[:k]])
+        if wrong is not None:
+            return wrong
+    return passed(name, f"{named[0]}: exactly the parameters DDP's error names.")
+
+
+#: How a failure of check_unused names each of its runs.
+RUNS = ("the loss of the first output", "the loss of the second output (a second run)")
+
+
+def _names_wrong(model, answer: object, named: list[str], run: int, earlier: list) -> Result | None:
+    """check_unused's failure for ``answer`` on run ``run``, or None when it names ``named``.
+
+    Args:
+        model: the ``Branchy`` the answer was given. named: what DDP's error named.
+        earlier: the answers of the runs before this one.
+    """
+    import torch
+
+    name = "check_unused"
+    where = f"with {RUNS[run]}"
+    try:
+        given = list(answer)
+    except TypeError:
+        given = None
+    if given is None or isinstance(answer, (str, bytes)):
+        return failed(
+            name, MODEL, "a list of parameter names", f"{where}: {repr(answer)[:200]}",
+            "return the names from model.named_parameters()",
+        )  # fmt: skip
+    if given and all(isinstance(n, torch.Tensor) for n in given):
+        return failed(
+            name, MODEL, "names, as model.named_parameters() gives them (the check compares names)",
+            f"{where}: {len(given)} tensor(s), the parameters themselves, not their names",
+            "params_without_grad's return: model.named_parameters() gives each parameter "
+            "with its name; return the names",
+        )  # fmt: skip
+    yours = sorted(str(n) for n in given)
+    if yours == named:
+        return None
+    everything = [n for n, _ in model.named_parameters()]
+    frozen = sorted(n for n, p in model.named_parameters() if not p.requires_grad)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    positions = _positions(given)
+    fixing = (
+        "[name for name, p in model.named_parameters() "
+        "if p.requires_grad and p.grad is None], after loss.backward()"
+    )
+    if positions is not None:
+        why = (
+            "positions, not names: the check compares names, as model.named_parameters() "
+            "gives them (DDP's error lists the names beside the indices)"
+        )
+        for order, among in ((trainable, "the parameters that train, as DDP numbers them"),
+                             (everything, "model.named_parameters()")):  # fmt: skip
+            if all(i < len(order) for i in positions) and (
+                sorted(order[i] for i in positions) == named
+            ):
+                why += f" (they are the right parameters, counted in {among})"
+                break
+        return failed(
+            name, MODEL, "names (the check compares names)", f"{where}: {positions}: {why}",
+            "params_without_grad's return: keep each parameter's name, not its position",
+            answer=fixing,
+        )  # fmt: skip
+    if any(sorted(str(n) for n in other) == yours for other in earlier):
+        why = (
+            "the same names as in the first run, although this loss leaves another output "
+            "out: does the answer look at the model and the loss it is given?"
+        )
+    elif yours == sorted(trainable):
+        why = "every trainable parameter: was loss.backward() called before looking?"
+    elif set(frozen) & set(yours):
+        extra = sorted(set(frozen) & set(yours))
+        why = f"{extra} never train (requires_grad=False), and DDP skips them"
+    elif not set(yours) & set(everything):
+        why = (
+            "none of these is a parameter's name: the check compares names, as "
+            "model.named_parameters() gives them"
+        )
+    else:
+        why = "DDP's error names other parameters than these (the check compares names)"
+    return failed(
+        name, MODEL, "the parameters DDP's error names, for the model and loss given",
+        f"{where}, params_without_grad returned {yours}: {why}",
+        "params_without_grad: look at every parameter after loss.backward(): one the loss "
+        "did not use has no gradient; frozen ones never train, and DDP leaves them out",
+        answer=fixing,
+    )  # fmt: skip
+
+
+def _positions(given: list) -> list[int] | None:
+    """The answer as whole numbers, if it is positions (ints, or strings of digits), else None."""
+    if not given:
+        return None
+    if all(isinstance(i, int) and not isinstance(i, bool) for i in given):
+        return [int(i) for i in given]
+    if all(isinstance(i, str) and i.strip().isdigit() for i in given):
+        return [int(i) for i in given]
+    return None

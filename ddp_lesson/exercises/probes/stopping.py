@@ -1,0 +1,61 @@
+"""Rank-side probe for the exercise of 18_stopping_and_resizing: a stop flag every rank shares.
+
+The probe calls the learner's ``stop_everywhere(stop_here)`` at every step
+of a short loop on every rank, whatever it returns, so that the ranks keep
+calling it the same number of times; each rank's own flag goes up at a
+step the case sets (or never) and stays up. What the answer returned at
+each step is reported, and the check compares where each rank would
+have stopped with where the reference stops: at the first step any rank
+raised its flag.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from ... import group
+from ...reports import send_report
+from ...sources import load
+
+#: Steps of the probe's loop.
+STEPS = 6
+
+
+def cases(world_size: int) -> list[list[int | None]]:
+    """The step at which each rank raises its flag (``None``: never), one list per case.
+
+    One rank (the last) alone; two ranks at different steps, the later one
+    first in rank order; none at all.
+
+    >>> cases(3)
+    [[None, None, 3], [4, None, 1], [None, None, None]]
+    """
+    last = world_size - 1
+    alone = [3 if rank == last else None for rank in range(world_size)]
+    several = [1 if rank == last else None for rank in range(world_size)]
+    several[0] = 4 if last > 0 else 1
+    return [alone, several, [None] * world_size]
+
+
+class StopReport(TypedDict):
+    """What :func:`stop_flag` sends: per case, what the answer returned at each step."""
+
+    rank: int
+    returned: list[list[bool]]
+
+
+def stop_flag(rank: int, world_size: int, port: int, path: str) -> None:
+    """Call the learner's ``stop_everywhere`` at every step of every case; report the answers."""
+    worker = load(path)
+    group.join(rank, world_size, port)
+    try:
+        returned = []
+        for raise_at in cases(world_size):
+            mine = raise_at[rank]
+            said = [bool(worker.stop_everywhere(mine is not None and step >= mine))
+                    for step in range(STEPS)]  # fmt: skip
+            returned.append(said)
+        report = StopReport(rank=rank, returned=returned)
+        send_report(rank, **{key: value for key, value in report.items() if key != "rank"})
+    finally:
+        group.leave()
