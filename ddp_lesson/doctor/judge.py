@@ -23,13 +23,13 @@ left unchecked, :mod:`.judge_notes` the notes under the verdicts, and
 from __future__ import annotations
 
 from ..stages import KEYS
-from .judge_crash import _crash, _crashes, _stops
-from .judge_data import _judge_data
-from .judge_ending import _passed_unseen, _unfinished, printed, why_not_run
+from .judge_crash import crash_finding, crashes, stop_reasons
+from .judge_data import data_verdict
+from .judge_ending import passed_unseen, printed, unfinished, why_not_run
 from .judge_evidence import Shown
-from .judge_model import _judge_model, _unused
-from .judge_notes import _notes
-from .judge_processes import _judge_group, _judge_spawning, _judge_teardown
+from .judge_model import model_verdict, unused_parameters
+from .judge_notes import add_notes
+from .judge_processes import judge_group, judge_spawning, judge_teardown
 from .read import TORCHRUN, Reading
 from .run import Outcome
 from .verdict import FAULT, NOT_CHECKED, OK, Diagnosis, StageVerdict, title
@@ -79,25 +79,25 @@ def verdict(
     """
     ranks = outcome.ranks
     diagnosis = Diagnosis(str(reading.path), ranks=ranks, launch=outcome.launch)
-    shown = _stops(outcome)
+    shown = stop_reasons(outcome)
     fine: dict[str, str] = {}
-    crashed = _crashes(outcome)
-    diagnosis.failure = _crash(reading, crashed, _unused(ranks), shown, ranks)
-    _judge_spawning(reading, outcome, shown, fine)
-    _judge_group(ranks, fine)
-    _judge_data(ranks, shown, fine)
-    _judge_model(ranks, shown, fine, crashed, stand_in=outcome.stand_in)
-    _judge_teardown(reading, outcome, shown, fine)
+    crashed = crashes(outcome)
+    diagnosis.failure = crash_finding(reading, crashed, unused_parameters(ranks), shown, ranks)
+    judge_spawning(reading, outcome, shown, fine)
+    judge_group(ranks, fine)
+    data_verdict(ranks, shown, fine)
+    model_verdict(ranks, shown, fine, crashed, stand_in=outcome.stand_in)
+    judge_teardown(reading, outcome, shown, fine)
     stopped = not_run or why_not_run(outcome, reading)
     for key in KEYS:
         diagnosis.stages[key] = _stage_verdict(
             key, reading, shown, fine, stopped, not_run, diagnosis.faults
         )
-    _passed_unseen(diagnosis)
+    passed_unseen(diagnosis)
     if diagnosis.failure is None and not diagnosis.faults:
-        diagnosis.failure = _unfinished(reading, outcome, diagnosis)
+        diagnosis.failure = unfinished(reading, outcome, diagnosis)
     diagnosis.completed = not (outcome.timed_out or outcome.error or not_run)
-    diagnosis.notes = _notes(reading, outcome, diagnosis)
+    diagnosis.notes = add_notes(reading, outcome, diagnosis)
     return diagnosis
 
 

@@ -1,21 +1,21 @@
 """What cut the ranks' run short: the exception that ended it, or the doctor's stop.
 
-:func:`_crashes` picks the exception that ended the run, not those it then
-caused in the other ranks; :func:`_crash` makes it the finding of the
-stage that owns its line (or a failure outside the stages); :func:`_stops`
+:func:`crashes` picks the exception that ended the run, not those it then
+caused in the other ranks; :func:`crash_finding` makes it the finding of the
+stage that owns its line (or a failure outside the stages); :func:`stop_reasons`
 makes findings of what the doctor stopped a rank for.
 """
 
 from __future__ import annotations
 
-from .judge_evidence import Shown, _add, _quote, _ranks_text, _said
+from .judge_evidence import Shown, error_text, note_shown, quote, ranks_text
 from .read import Finding, Reading
 from .record import ProcessRecord
 from .run import Outcome
 from .verdict import FAULT, StageVerdict
 
 
-def _crashes(outcome: Outcome) -> list[tuple[ProcessRecord, dict]]:
+def crashes(outcome: Outcome) -> list[tuple[ProcessRecord, dict]]:
     """The exceptions that ended the run: the first one, and the same one in other ranks.
 
     A rank that fails takes the others down with it (a peer closed the
@@ -58,7 +58,7 @@ def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVe
     others = [r for r in ranks if r.rank not in waiting and not r.error and not r.stop]
     spinning = [r for r in others if r.stopped_at and r.stopped_at != error["line"]]
     gone = [r for r in others if r.returned]
-    lost = f"{_ranks_text(sorted(waiting))} gave up waiting for it{_quote(reading, error['line'])}"
+    lost = f"{ranks_text(sorted(waiting))} gave up waiting for it{quote(reading, error['line'])}"
     if spinning:
         other = spinning[0]
         line = other.stopped_at
@@ -79,7 +79,7 @@ def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVe
     return StageVerdict(FAULT, f"run: {evidence}", line, [f"run: {evidence}"])
 
 
-def _crash(
+def crash_finding(
     reading: Reading, crashed, unused: list[str], shown, ranks: list[ProcessRecord] = ()
 ) -> StageVerdict | None:
     """The crash as a stage's finding, or as a failure outside the stages (returned)."""
@@ -87,23 +87,24 @@ def _crash(
         return None
     error = crashed[0][1]
     who = sorted(r.rank for r, _ in crashed)
-    process = "the script" if crashed[0][0].script else _ranks_text(who)
+    process = "the script" if crashed[0][0].script else ranks_text(who)
     if error.get("call"):
-        _add(shown, "spawning", error["message"])
+        note_shown(shown, "spawning", error["message"])
         return None
     elsewhere = _elsewhere(reading, crashed, list(ranks))
     if elsewhere is not None:
         stage = reading.owners.get(elsewhere.line) if elsewhere.line else None
         if stage is None:
             return elsewhere  # no stage is to blame for where the other rank was
-        _add(shown, stage, elsewhere.evidence.removeprefix("run: "), elsewhere.line, exact=True)
+        said = elsewhere.evidence.removeprefix("run: ")
+        note_shown(shown, stage, said, elsewhere.line, exact=True)
         return None
     line = error["line"]
     stage = error.get("stage") or reading.owners.get(line)
     if stage == "model_wrapping" and unused:
         return None  # the unused parameters explain it (see _judge_model)
-    said = _said(error)
-    evidence = f"{process} raised {said}{_quote(reading, line)}"
+    said = error_text(error)
+    evidence = f"{process} raised {said}{quote(reading, line)}"
     if stage is None:
         return StageVerdict(
             FAULT,
@@ -113,11 +114,11 @@ def _crash(
             [f"run: {evidence}", "the code that raised belongs to none of the five stages, "
              "and the run ended there"],
         )  # fmt: skip
-    _add(shown, stage, evidence, line, exact=True)
+    note_shown(shown, stage, evidence, line, exact=True)
     return None
 
 
-def _stops(outcome: Outcome) -> list[Shown]:
+def stop_reasons(outcome: Outcome) -> list[Shown]:
     """What the doctor stopped a rank, or the script's own process, for (it knew the run
     could not go on)."""
     shown = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .judge_evidence import _add
+from .judge_evidence import note_shown
 
 
 def _overlap(orders: list[list[int]]) -> set[int]:
@@ -87,7 +87,7 @@ def _repeated_order(mine, repeats, ranks, line) -> tuple[str, int | None]:
     )
 
 
-def _judge_data(ranks, shown, fine) -> None:
+def data_verdict(ranks, shown, fine) -> None:
     epochs: dict[int, list[list[dict]]] = {}
     for at, r in enumerate(ranks):
         for entry in r.loaders:
@@ -113,7 +113,7 @@ def _judge_data(ranks, shown, fine) -> None:
                 else f"{len(shared)} training items went to more than one rank "
                 f"(sampler: {sampler})"
             )
-            _add(shown, "data_division", text, line)
+            note_shown(shown, "data_division", text, line)
             continue
         if not trained and padded:
             extra = sum(counts) - (size or 0)
@@ -123,11 +123,11 @@ def _judge_data(ranks, shown, fine) -> None:
                 f"{sorted(shared)}, so a metric summed over ranks counts them twice; "
                 "evaluate without padding (e.g. the whole set on one rank)"
             )
-            _add(shown, "data_division", text, line)
+            note_shown(shown, "data_division", text, line)
             continue
         unseen = _unseen(first, len(ranks))
         if trained and unseen:
-            _add(shown, "data_division", _unseen_text(first, unseen, len(ranks)),
+            note_shown(shown, "data_division", _unseen_text(first, unseen, len(ranks)),
                  first[0].get("sampler_line") or line)  # fmt: skip
             continue
         # the epochs that trained: a look at one batch (next(iter(loader))) is no epoch
@@ -137,7 +137,7 @@ def _judge_data(ranks, shown, fine) -> None:
         ]
         shuffled = mine[0].get("shuffle", True)
         if trained and sampler == "DistributedSampler" and repeats and shuffled:
-            _add(shown, "data_division", *_repeated_order(mine, repeats, ranks, line))
+            note_shown(shown, "data_division", *_repeated_order(mine, repeats, ranks, line))
             continue
         if trained:
             text = f"each rank iterated its own {counts[0]} of {size} training items" + (

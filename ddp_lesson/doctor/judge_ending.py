@@ -10,8 +10,8 @@ only when it shows every stage working.
 
 from __future__ import annotations
 
-from .judge_crash import _crashes
-from .judge_evidence import _ranks_text
+from .judge_crash import crashes
+from .judge_evidence import ranks_text
 from .read import TORCHRUN, Reading
 from .run import Outcome
 from .verdict import FAULT, NOT_CHECKED, OK, Diagnosis, StageVerdict, title
@@ -57,7 +57,7 @@ def why_not_run(outcome: Outcome, reading: Reading) -> str:
             f"the run did not finish within its deadline of {outcome.timeout_s:g} s and "
             f"was stopped{_where(outcome, reading)[0]}"
         )
-    crashed = _crashes(outcome)
+    crashed = crashes(outcome)
     if crashed:
         e = crashed[0][1]
         at = f" at line {e['line']}" if e["line"] else ""
@@ -92,8 +92,8 @@ def _returned(outcome: Outcome, reading: Reading) -> str:
     if not ranks or outcome.timed_out or outcome.error:
         return ""
     if reading.mode == TORCHRUN:
-        return f"the script ended on {_ranks_text(ranks)}"
-    return f"main returned on {_ranks_text(ranks)}"
+        return f"the script ended on {ranks_text(ranks)}"
+    return f"main returned on {ranks_text(ranks)}"
 
 
 #: Lines of the run's output quoted when it ended before the doctor could check a stage.
@@ -130,7 +130,7 @@ UNSEEN = {
 }
 
 
-def _passed_unseen(diagnosis: Diagnosis) -> None:
+def passed_unseen(diagnosis: Diagnosis) -> None:
     """Say so where the run went past a stage without showing it: it did not end before it."""
     order = list(diagnosis.stages)
     shown = [i for i, v in enumerate(diagnosis.stages.values()) if v.status in (OK, FAULT)]
@@ -146,7 +146,7 @@ def _passed_unseen(diagnosis: Diagnosis) -> None:
         diagnosis.stages[key] = StageVerdict(NOT_CHECKED, evidence, verdict.line)
 
 
-def _unfinished(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> StageVerdict | None:
+def unfinished(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> StageVerdict | None:
     """A run that did not end well with no fault to show for it: a failure all the same."""
     if outcome.timed_out:
         if not any(v.status == OK for v in diagnosis.stages.values()):

@@ -21,20 +21,20 @@ class Shown:
     exact: bool = False  # the line a rank raised at: it beats the code's guess
 
 
-def _add(shown: list[Shown], stage: str, text: str, line: int | None = None,
+def note_shown(shown: list[Shown], stage: str, text: str, line: int | None = None,
          exact: bool = False) -> None:
     """Note what the run showed about ``stage``."""
     shown.append(Shown(Finding(stage, text, line), exact))
 
 
-def _ranks_text(ranks: list[int]) -> str:
+def ranks_text(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 
-def _quote(reading: Reading, line: int | None) -> str:
+def quote(reading: Reading, line: int | None) -> str:
     text = reading.source(line)
     return f" (line {line}: `{text}`)" if text else (f" at line {line}" if line else "")
 
 
-def _said(error: dict) -> str:
+def error_text(error: dict) -> str:
     return f"{error['type']}: {error['message']}" if error["message"] else error["type"]

@@ -9,7 +9,7 @@ the optimiser trains outside the module DDP wraps); else how DDP wrapped it.
 
 from __future__ import annotations
 
-from .judge_evidence import Shown, _add, _said
+from .judge_evidence import Shown, error_text, note_shown
 from .read import Finding
 from .record import ProcessRecord
 
@@ -17,7 +17,7 @@ from .record import ProcessRecord
 TOLERANCE = 1e-6
 
 
-def _device_of(r: ProcessRecord) -> str | None:
+def device_of(r: ProcessRecord) -> str | None:
     asked = [p["asked"] for p in r.placements if p["asked"] != "cpu"]
     if not asked:
         return None
@@ -28,7 +28,7 @@ def _device_of(r: ProcessRecord) -> str | None:
     return device
 
 
-def _unused(ranks: list[ProcessRecord]) -> list[str]:
+def unused_parameters(ranks: list[ProcessRecord]) -> list[str]:
     """Parameters of a DDP model (without find_unused_parameters) that got no gradient."""
     for r in ranks:
         for entry in r.ddp:
@@ -96,13 +96,13 @@ def _start_gap(ranks: list[ProcessRecord]) -> float | None:
     return (max(firsts) - min(firsts)) / max(1.0, max(abs(s) for s in firsts))
 
 
-def _judge_model(ranks, shown, fine, crashed, stand_in: bool = False) -> None:
+def model_verdict(ranks, shown, fine, crashed, stand_in: bool = False) -> None:
     """The model's verdict; with ``stand_in``, the GPUs the ranks asked for were the CPU."""
 
     def add(text, line=None, exact=False):
-        _add(shown, "model_wrapping", text, line, exact)
+        note_shown(shown, "model_wrapping", text, line, exact)
 
-    placed = [(r, _device_of(r)) for r in ranks]
+    placed = [(r, device_of(r)) for r in ranks]
     gpus = [d for _, d in placed if d]
     if len(ranks) > 1 and len(gpus) == len(ranks) and len(set(gpus)) == 1:
         line = next(p["line"] for p in ranks[0].placements if p["asked"] != "cpu")
@@ -125,9 +125,9 @@ def _judge_model(ranks, shown, fine, crashed, stand_in: bool = False) -> None:
             "follow the rank (device_ids=[rank])",
             wrapped[0].ddp[0]["line"],
         )
-    unused = _unused(ranks)
+    unused = unused_parameters(ranks)
     if unused:
-        finding = _unused_finding(unused, _said(crashed[0][1]) if crashed else "")
+        finding = _unused_finding(unused, error_text(crashed[0][1]) if crashed else "")
         finding.line = next(e["line"] for r in ranks for e in r.ddp if e.get("unused"))
         shown.append(Shown(finding))
     compared = None if unused else _parameter_gap(ranks)  # unused: no step completed
@@ -156,7 +156,7 @@ def _judge_model(ranks, shown, fine, crashed, stand_in: bool = False) -> None:
         add(text, (raw[0]["raw_line"] if raw else None) or (
             wrapped[0].ddp[0]["line"] if apart else None))
         return
-    where = sorted({str(_device_of(r) or r.ddp[0]["module_device"]) for r in wrapped})
+    where = sorted({str(device_of(r) or r.ddp[0]["module_device"]) for r in wrapped})
     ranks_word = "rank" if len(wrapped) == 1 else "ranks"
     how = f"DDP wrapped the model on {len(wrapped)} {ranks_word}"
     if not (stand_in and any(d.startswith("cuda") for d in where)):  # (else the note says)

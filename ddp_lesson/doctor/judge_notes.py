@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from .judge_model import _device_of
+from .judge_model import device_of
 from .read import ALL_INTERFACES, Reading
 from .record import ProcessRecord
 from .run import Outcome
@@ -59,7 +59,7 @@ def _warnings(reading: Reading, outcome: Outcome) -> list[str]:
     return notes
 
 
-def _notes(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> list[str]:
+def add_notes(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> list[str]:
     ranks = outcome.ranks
     notes = _unshown(reading, ranks, diagnosis)
     if len(ranks) == 1 and ranks[0].init and ranks[0].claimed_world_size in (1, None):
@@ -77,7 +77,7 @@ def _emulated(ranks: list[ProcessRecord], outcome: Outcome) -> str:
     """What the CPU stood in for, said once: the GPUs the ranks asked for, and nccl."""
     if not outcome.stand_in:
         return ""
-    asked = sorted({d for d in map(_device_of, ranks) if d}, key=_device_order)
+    asked = sorted({d for d in map(device_of, ranks) if d}, key=_device_order)
     nccl = any(r.init and r.init["asked"] == "nccl" for r in ranks)
     if not (asked or nccl):
         return ""

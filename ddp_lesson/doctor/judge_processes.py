@@ -8,14 +8,14 @@ released the group before they ended.
 
 from __future__ import annotations
 
-from .judge_evidence import _add, _ranks_text
+from .judge_evidence import note_shown, ranks_text
 from .read import TORCHRUN, WORKER
 
 
-def _judge_spawning(reading, outcome, shown, fine) -> None:
+def judge_spawning(reading, outcome, shown, fine) -> None:
     script, ranks = outcome.script, outcome.ranks
     if script is not None and script.spawns and script.spawns[0]["nprocs"] == 0:
-        _add(
+        note_shown(
             shown, "spawning",
             "mp.spawn(..., nprocs=0) started no process at all (world_size came out as 0: "
             "torch.cuda.device_count() is 0 without GPUs)",
@@ -47,7 +47,7 @@ def _function(outcome) -> str:
     return script.spawns[0].get("target") or "main"
 
 
-def _judge_group(ranks, fine) -> None:
+def judge_group(ranks, fine) -> None:
     joined = [r for r in ranks if r.init and r.init.get("joined")]
     if not joined:
         return
@@ -59,15 +59,15 @@ def _judge_group(ranks, fine) -> None:
         fine["process_group"] += f"; every rank made the same {calls[0]} collective call(s)"
 
 
-def _judge_teardown(reading, outcome, shown, fine) -> None:
+def judge_teardown(reading, outcome, shown, fine) -> None:
     ranks = outcome.ranks
     returned = [r for r in ranks if r.returned and r.init]
     alive = [r.rank for r in returned if r.alive_at_return]
     ended = "the script ended" if reading.mode == TORCHRUN else f"{_function(outcome)} returned"
     if alive:
-        _add(
+        note_shown(
             shown, "teardown",
-            f"the process group was still initialised when {ended} on {_ranks_text(alive)}",
+            f"the process group was still initialised when {ended} on {ranks_text(alive)}",
         )  # fmt: skip
     elif returned:
         fine["teardown"] = (

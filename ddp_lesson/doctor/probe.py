@@ -74,76 +74,76 @@ from .. import reports
 from ..launch import pause_after_destroy
 from . import sandbox
 from .probe_data import (  # noqa: F401  (every name of the parts stays importable from here)
-    _begin_epoch,
-    _dropped,
-    _loader_init,
-    _next_index,
-    _sampler_init,
-    _set_epoch,
+    begin_epoch,
+    dropped_indices,
+    loader_init,
+    recorded_next_index,
+    recorded_set_epoch,
+    sampler_init,
 )
 from .probe_devices import (  # noqa: F401
     FACTORIES,
-    _called_by_learner,
-    _cpu_location,
-    _cuda_name,
-    _install_accelerator,
-    _install_cpu_stand_ins,
-    _install_placement_record,
-    _load_on_cpu,
-    _on_cpu,
-    _place,
-    _record_set_device,
-    _to_cpu,
+    called_by_learner,
+    cpu_location,
+    cuda_name,
+    install_accelerator,
+    install_cpu_stand_ins,
+    install_placement_record,
+    load_on_cpu,
+    on_cpu,
+    place,
+    record_set_device,
+    to_cpu,
 )
 from .probe_group import (  # noqa: F401
     STUCK_S,
-    _backend,
-    _called_again,
-    _check_stuck,
-    _collective,
-    _destroy_process_group,
-    _init_process_group,
-    _learner_frames,
-    _loopback_store,
-    _store,
-    _wait_for_all,
+    backend_used,
+    called_again,
+    check_stuck,
+    learner_frames,
+    loopback_store,
+    recorded_collective,
+    recorded_destroy,
+    recorded_init,
+    recorded_store,
+    wait_for_all,
 )
 from .probe_model import (  # noqa: F401
     PARAMS_KEPT,
     STEPS_KEPT,
-    _after_step,
-    _backward,
-    _count_forward,
-    _ddp_forward,
-    _ddp_init,
-    _note_backward,
-    _note_unused,
-    _trained_parameters,
+    after_step,
+    count_forward,
+    ddp_forward,
+    ddp_init,
+    note_backward,
+    note_unused,
+    recorded_backward,
+    trained_parameters,
 )
 from .probe_state import (  # noqa: F401
     DDP_STEPS,
     TORCH_STAGES,
     DoctorStop,
     TorchrunScript,
-    _blocking,
-    _error_entry,
-    _first_line,
-    _frame_line,
-    _is_learner,
-    _learner_files,
-    _local,
-    _mark_done,
-    _on_terminate,
-    _original,
-    _owned,
-    _save,
-    _say_where,
-    _set,
-    _state,
-    _stop,
-    _wants_torchrun,
-    _wrap,
+    blocking,
+    error_record,
+    first_line,
+    frame_line,
+    is_learner,
+    learner_files,
     learner_line,
+    mark_done,
+    on_terminate,
+    originals,
+    owned,
+    process_state,
+    save_record,
+    say_where,
+    set_for_good,
+    stop_at_stage,
+    thread_local,
+    wants_torchrun,
+    wrap_for_good,
 )
 from .read import COLLECTIVES
 from .record import ProcessRecord, Settings
@@ -159,8 +159,8 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
         nprocs: how many processes were started together with this one (0: unknown).
         script: this is the script's own process, which starts the ranks.
     """
-    _learner_files.clear()
-    _state.update(
+    learner_files.clear()
+    process_state.update(
         record=ProcessRecord(index, script=script),
         settings=settings,
         pid=os.getpid(),
@@ -172,36 +172,36 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
         loaders=0,
     )
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_terminate)
-    if _state["installed"]:
+        signal.signal(signal.SIGTERM, on_terminate)
+    if process_state["installed"]:
         return
-    _state["installed"] = True
+    process_state["installed"] = True
     sandbox.install(sandbox.root(settings.folder), own_folders(settings))
     pause_after_destroy()  # recorded below, then the pause (a torch deadlock at teardown)
     c10d = sys.modules["torch.distributed.distributed_c10d"]
     for name, patched in (
-        ("init_process_group", _init_process_group),
-        ("destroy_process_group", _destroy_process_group),
+        ("init_process_group", recorded_init),
+        ("destroy_process_group", recorded_destroy),
     ):
-        _original[name] = getattr(c10d, name)
-        _set((c10d, dist), name, patched)
+        originals[name] = getattr(c10d, name)
+        set_for_good((c10d, dist), name, patched)
     for name in COLLECTIVES:
         if hasattr(c10d, name):
-            _original[name] = getattr(c10d, name)
-            _set((c10d, dist), name, _collective(name))
-    _wrap(dist, "TCPStore", _loopback_store)
-    _wrap(DataLoader, "__init__", _loader_init)
-    _wrap(_dataloader._BaseDataLoaderIter, "_next_index", _next_index)
-    _wrap(DistributedSampler, "__init__", _sampler_init)
-    _wrap(DistributedSampler, "set_epoch", _set_epoch)
-    _wrap(torch.autograd, "backward", _backward)
-    _wrap(DistributedDataParallel, "__init__", _ddp_init)
-    _wrap(DistributedDataParallel, "forward", _ddp_forward)
-    register_optimizer_step_post_hook(_after_step)
+            originals[name] = getattr(c10d, name)
+            set_for_good((c10d, dist), name, recorded_collective(name))
+    wrap_for_good(dist, "TCPStore", loopback_store)
+    wrap_for_good(DataLoader, "__init__", loader_init)
+    wrap_for_good(_dataloader._BaseDataLoaderIter, "_next_index", recorded_next_index)
+    wrap_for_good(DistributedSampler, "__init__", sampler_init)
+    wrap_for_good(DistributedSampler, "set_epoch", recorded_set_epoch)
+    wrap_for_good(torch.autograd, "backward", recorded_backward)
+    wrap_for_good(DistributedDataParallel, "__init__", ddp_init)
+    wrap_for_good(DistributedDataParallel, "forward", ddp_forward)
+    register_optimizer_step_post_hook(after_step)
     if settings.stand_in:
-        _install_cpu_stand_ins(settings.gpus)
+        install_cpu_stand_ins(settings.gpus)
     else:
-        _install_placement_record()
+        install_placement_record()
     if "ddp_lesson.group" in sys.modules:  # the lesson's ddp_setup, imported before this
         rewire(vars(sys.modules["ddp_lesson.group"]))
 
@@ -237,12 +237,12 @@ def rewire(namespace: dict) -> None:
     """Point names a learner imported before :func:`install` (``from torch.distributed
     import init_process_group``) at the recording versions."""
     c10d = sys.modules["torch.distributed.distributed_c10d"]
-    swaps = {id(original): getattr(c10d, name, None) for name, original in _original.items()}
-    swaps[id(_original.get("set_device"))] = torch.cuda.set_device
-    swaps[id(_original.get("device_count"))] = torch.cuda.device_count
-    swaps[id(_original.get("current_device"))] = torch.cuda.current_device
-    swaps[id(_original.get("load"))] = torch.load
-    for key, original in _original.items():
+    swaps = {id(original): getattr(c10d, name, None) for name, original in originals.items()}
+    swaps[id(originals.get("set_device"))] = torch.cuda.set_device
+    swaps[id(originals.get("device_count"))] = torch.cuda.device_count
+    swaps[id(originals.get("current_device"))] = torch.cuda.current_device
+    swaps[id(originals.get("load"))] = torch.load
+    for key, original in originals.items():
         if key.startswith("accelerator."):
             swaps[id(original)] = getattr(torch.accelerator, key.split(".", 1)[1])
     for key, value in list(namespace.items()):
@@ -254,22 +254,22 @@ def rewire(namespace: dict) -> None:
 # -- what a process's entry point uses (see :mod:`.start`) ----------------------------------
 def current() -> ProcessRecord:
     """This process's record."""
-    return _state["record"]
+    return process_state["record"]
 
 
 def settings() -> Settings:
     """What the doctor told this run."""
-    return _state["settings"]
+    return process_state["settings"]
 
 
 def save() -> None:
     """Send this process's record now."""
-    _save()
+    save_record()
 
 
 def error_entry(error: BaseException, **extra) -> dict:
     """How an exception is recorded (see :attr:`ProcessRecord.error`)."""
-    return _error_entry(error, **extra)
+    return error_record(error, **extra)
 
 
 def finish(leave: bool = True) -> None:
@@ -279,14 +279,14 @@ def finish(leave: bool = True) -> None:
     without the interpreter's shutdown once its function has returned
     (multiprocessing's, which must first hand torch the return value).
     """
-    record = _state["record"]
+    record = process_state["record"]
     record.returned = True
     gc.collect()
     record.alive_at_return = dist.is_initialized()
-    _mark_done()
-    _save()
+    mark_done()
+    save_record()
     if dist.is_initialized():
-        _original["destroy_process_group"]()
+        originals["destroy_process_group"]()
     sys.stdout.flush()
     sys.stderr.flush()
     # Leave without the interpreter's shutdown: it is slow after DDP and can
@@ -297,11 +297,11 @@ def finish(leave: bool = True) -> None:
 
 def failed(error: BaseException) -> None:
     """The learner's code raised: record it (unless the doctor stopped it on purpose)."""
-    record = _state["record"]
+    record = process_state["record"]
     if not isinstance(error, DoctorStop) and record.error is None:
-        record.error = _error_entry(error)
-    _mark_done()
-    _save()
+        record.error = error_record(error)
+    mark_done()
+    save_record()
 
 
 def exit_code(done: SystemExit) -> int:
@@ -312,7 +312,7 @@ def exit_code(done: SystemExit) -> int:
 
 def call_main(index: int, fn: Callable, args: tuple) -> None:
     """Call the learner's ``fn(index, *args)`` and record how it ended."""
-    record = _state["record"]
+    record = process_state["record"]
     rewire(getattr(fn, "__globals__", {}))
     try:
         inspect.signature(fn).bind(index, *args)
@@ -333,7 +333,7 @@ def call_main(index: int, fn: Callable, args: tuple) -> None:
             "call": True,
             "import": False,
         }
-        _save()
+        save_record()
         raise
     try:
         fn(index, *args)

@@ -1,7 +1,7 @@
 """What the probe records of a learner's data: DataLoader epochs and DistributedSampler calls.
 
 :func:`.probe.install` wraps ``DataLoader.__init__``, the DataLoader
-iterator's ``_next_index``, and ``DistributedSampler.__init__`` and
+iterator's ``recorded_next_index``, and ``DistributedSampler.__init__`` and
 ``set_epoch`` with the functions here. The first batch of each epoch of a
 loader records every index this rank would get in the epoch, with the
 loader's and the sampler's lines, the sampler's kind, replicas, shuffling
@@ -15,14 +15,14 @@ from __future__ import annotations
 from torch.utils.data import RandomSampler
 from torch.utils.data import dataloader as _dataloader
 
-from .probe_state import _save, _state, learner_line
+from .probe_state import learner_line, process_state, save_record
 
 
-def _loader_init(original):
+def loader_init(original):
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
         self._doctor_line = learner_line()
-        self._doctor_number = _state["loaders"] = _state.get("loaders", 0) + 1
+        self._doctor_number = process_state["loaders"] = process_state.get("loaders", 0) + 1
         try:
             self._index_sampler._doctor_loader = self
         except AttributeError:
@@ -31,25 +31,25 @@ def _loader_init(original):
     return init
 
 
-def _next_index(original):
+def recorded_next_index(original):
     def next_index(self):
         if getattr(self, "_doctor_iter", None) is not self._sampler_iter:
-            _begin_epoch(self)
+            begin_epoch(self)
         return original(self)
 
     return next_index
 
 
-def _begin_epoch(iterator) -> None:
+def begin_epoch(iterator) -> None:
     """Record the whole epoch's indices, then let only the first few batches through."""
     iterator._doctor_iter = iterator._sampler_iter
     if iterator._dataset_kind == _dataloader._DatasetKind.Iterable:
         return  # an iterable data set has no indices to record
     batches = list(iterator._sampler_iter)
-    keep = _state["settings"].batches
+    keep = process_state["settings"].batches
     iterator._sampler_iter = iter(batches[:keep])
     iterator._doctor_iter = iterator._sampler_iter
-    record = _state["record"]
+    record = process_state["record"]
     if record is None:
         return
     loader = getattr(iterator._index_sampler, "_doctor_loader", None)
@@ -67,17 +67,17 @@ def _begin_epoch(iterator) -> None:
         "shuffle": bool(shuffle),
         "epoch": getattr(sampler, "epoch", None),
         "indices": flat,
-        "dropped": _dropped(iterator._index_sampler, len(flat)),
+        "dropped": dropped_indices(iterator._index_sampler, len(flat)),
         "batches": len(batches),
         "used": min(keep, len(batches)),
         "trained": False,
     }
     record.loaders.append(entry)
-    _state["epoch"] = entry
-    _save()
+    process_state["epoch"] = entry
+    save_record()
 
 
-def _dropped(batches: object, taken: int) -> int:
+def dropped_indices(batches: object, taken: int) -> int:
     """Indices the sampler gave that no batch took (a DataLoader's ``drop_last=True``)."""
     sampler = getattr(batches, "sampler", None)
     if not getattr(batches, "drop_last", False) or not hasattr(sampler, "__len__"):
@@ -88,7 +88,7 @@ def _dropped(batches: object, taken: int) -> int:
         return 0
 
 
-def _sampler_init(original):
+def sampler_init(original):
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
         self._doctor_line = learner_line()
@@ -96,9 +96,9 @@ def _sampler_init(original):
     return init
 
 
-def _set_epoch(original):
+def recorded_set_epoch(original):
     def set_epoch(self, epoch):
-        record, line = _state["record"], learner_line()
+        record, line = process_state["record"], learner_line()
         if record is not None and line is not None:
             record.set_epochs.append({"epoch": epoch, "line": line, "sampler_id": id(self)})
         return original(self, epoch)

@@ -2,7 +2,7 @@
 
 :func:`.probe.install` calls one of two installers here:
 
-* :func:`_install_cpu_stand_ins`, when this machine has no GPU for every rank
+* :func:`install_cpu_stand_ins`, when this machine has no GPU for every rank
   (``Settings.stand_in``): a script written for GPUs runs on the CPU.
   ``.to(...)`` and ``.cuda()`` of tensors and modules, the tensor factories'
   ``device=``, ``torch.load``'s ``map_location`` and ``torch.cuda.set_device``
@@ -13,11 +13,11 @@
   ``torch.accelerator`` and ``torch.cuda.current_device``, to the learner's own
   calls only (torch's code, such as a DataLoader deciding whether to pin
   memory, keeps asking the real machine);
-* :func:`_install_placement_record`, on a machine with a GPU for every rank:
+* :func:`install_placement_record`, on a machine with a GPU for every rank:
   ``nn.Module.to`` only records where the learner's modules go.
 
-Every change goes through :func:`.probe_state._set`. torch's own functions that
-:func:`.probe.rewire` must find again are kept in ``_original``.
+Every change goes through :func:`.probe_state.set_for_good`. torch's own functions that
+:func:`.probe.rewire` must find again are kept in ``originals``.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .probe_state import _is_learner, _original, _set, _state, learner_line
+from .probe_state import is_learner, learner_line, originals, process_state, set_for_good
 
 
-def _cuda_name(device: object) -> str | None:
+def cuda_name(device: object) -> str | None:
     """``"cuda:N"`` (or ``"cuda"``) if ``device`` names a GPU, else ``None``."""
     if isinstance(device, bool):
         return None
@@ -47,17 +47,17 @@ def _cuda_name(device: object) -> str | None:
     return None
 
 
-def _to_cpu(args: tuple, kwargs: dict) -> tuple[tuple, dict, str | None]:
+def to_cpu(args: tuple, kwargs: dict) -> tuple[tuple, dict, str | None]:
     asked = None
-    if "device" in kwargs and (asked := _cuda_name(kwargs["device"])):
+    if "device" in kwargs and (asked := cuda_name(kwargs["device"])):
         kwargs = {**kwargs, "device": "cpu"}
-    elif args and (asked := _cuda_name(args[0])):
+    elif args and (asked := cuda_name(args[0])):
         args = ("cpu", *args[1:])
     return args, kwargs, asked
 
 
-def _place(module: nn.Module, asked: str | None, line: int | None) -> None:
-    record = _state["record"]
+def place(module: nn.Module, asked: str | None, line: int | None) -> None:
+    record = process_state["record"]
     if record is not None and line is not None:
         record.placements.append({"asked": asked or "cpu", "line": line})
         module._doctor_asked = asked
@@ -70,9 +70,9 @@ FACTORIES = (
 )  # fmt: skip
 
 
-def _on_cpu(factory: Callable) -> Callable:
+def on_cpu(factory: Callable) -> Callable:
     def made(*args, **kwargs):
-        if "device" in kwargs and _cuda_name(kwargs["device"]):
+        if "device" in kwargs and cuda_name(kwargs["device"]):
             kwargs = {**kwargs, "device": "cpu"}
         return factory(*args, **kwargs)
 
@@ -80,29 +80,29 @@ def _on_cpu(factory: Callable) -> Callable:
     return made
 
 
-def _cpu_location(location: object) -> object:
+def cpu_location(location: object) -> object:
     """``torch.load``'s ``map_location`` with every GPU it names as the CPU stand-in."""
     if isinstance(location, dict):
-        return {k: "cpu" if _cuda_name(v) else v for k, v in location.items()}
-    if isinstance(location, str | torch.device) and _cuda_name(location):
+        return {k: "cpu" if cuda_name(v) else v for k, v in location.items()}
+    if isinstance(location, str | torch.device) and cuda_name(location):
         return "cpu"
     return location
 
 
-def _load_on_cpu(load: Callable) -> Callable:
+def load_on_cpu(load: Callable) -> Callable:
     def loaded(f, map_location=None, *args, **kwargs):
-        return load(f, _cpu_location(map_location), *args, **kwargs)
+        return load(f, cpu_location(map_location), *args, **kwargs)
 
     loaded.__doc__ = load.__doc__
     return loaded
 
 
-def _called_by_learner(depth: int = 2) -> bool:
+def called_by_learner(depth: int = 2) -> bool:
     """The learner's file called the function that asks (not torch itself, e.g. DataLoader)."""
-    return _is_learner(sys._getframe(depth).f_code.co_filename)
+    return is_learner(sys._getframe(depth).f_code.co_filename)
 
 
-def _install_accelerator(gpus: int) -> None:
+def install_accelerator(gpus: int) -> None:
     """``torch.accelerator`` (and ``torch.cuda.current_device``) answering as ``gpus`` GPUs do.
 
     Only for calls from the learner's file: torch's own code (a DataLoader
@@ -115,12 +115,12 @@ def _install_accelerator(gpus: int) -> None:
                      "current_device_index", "synchronize", "empty_cache")
         if hasattr(accelerator, name)
     }  # fmt: skip
-    _original.update({f"accelerator.{name}": f for name, f in real.items()})
+    originals.update({f"accelerator.{name}": f for name, f in real.items()})
     chosen = [0]  # the index set_device_index (or torch.cuda.set_device) chose
 
     def answer(name: str, stand_in: Callable) -> Callable:
         def asked(*args, **kwargs):
-            if _called_by_learner():
+            if called_by_learner():
                 return stand_in(*args, **kwargs)
             return real[name](*args, **kwargs)
 
@@ -128,7 +128,7 @@ def _install_accelerator(gpus: int) -> None:
         return asked
 
     def set_index(device, /):
-        _record_set_device(device, learner_line(3))
+        record_set_device(device, learner_line(3))
 
     stand_ins = {
         "is_available": lambda: True,
@@ -141,73 +141,73 @@ def _install_accelerator(gpus: int) -> None:
     }
     for name, stand_in in stand_ins.items():
         if name in real:
-            _set(accelerator, name, answer(name, stand_in))
-    _state["chosen"] = chosen
-    current_device = _original["current_device"] = torch.cuda.current_device
+            set_for_good(accelerator, name, answer(name, stand_in))
+    process_state["chosen"] = chosen
+    current_device = originals["current_device"] = torch.cuda.current_device
 
     def current_cuda_device():
-        return chosen[0] if _called_by_learner() else current_device()
+        return chosen[0] if called_by_learner() else current_device()
 
     current_cuda_device.__doc__ = current_device.__doc__
-    _set(torch.cuda, "current_device", current_cuda_device)
+    set_for_good(torch.cuda, "current_device", current_cuda_device)
 
 
-def _record_set_device(device: object, line: int | None) -> None:
-    record = _state["record"]
+def record_set_device(device: object, line: int | None) -> None:
+    record = process_state["record"]
     if record is not None:
-        record.set_device.append({"asked": _cuda_name(device), "line": line})
-    name = _cuda_name(device)
-    chosen = _state.get("chosen")
+        record.set_device.append({"asked": cuda_name(device), "line": line})
+    name = cuda_name(device)
+    chosen = process_state.get("chosen")
     if chosen is not None and name and ":" in name:
         chosen[0] = int(name.split(":")[1])
 
 
-def _install_cpu_stand_ins(gpus: int) -> None:
+def install_cpu_stand_ins(gpus: int) -> None:
     tensor_to, module_to = torch.Tensor.to, nn.Module.to
 
     def tensor_to_cpu(self, *args, **kwargs):
-        args, kwargs, _ = _to_cpu(args, kwargs)
+        args, kwargs, _ = to_cpu(args, kwargs)
         return tensor_to(self, *args, **kwargs)
 
     def module_to_cpu(self, *args, **kwargs):
-        args, kwargs, asked = _to_cpu(args, kwargs)
-        _place(self, asked, learner_line())
+        args, kwargs, asked = to_cpu(args, kwargs)
+        place(self, asked, learner_line())
         return module_to(self, *args, **kwargs)
 
     def module_cuda_cpu(self, device=None):
         # no device: the current one, which torch.cuda.set_device chose
-        _place(self, "cuda" if device is None else _cuda_name(device), learner_line())
+        place(self, "cuda" if device is None else cuda_name(device), learner_line())
         return self
 
     def set_device(device):
-        _record_set_device(device, learner_line())
+        record_set_device(device, learner_line())
 
-    _set(torch.Tensor, "to", tensor_to_cpu)
-    _set(torch.Tensor, "cuda", lambda self, *a, **k: self)
-    _set(nn.Module, "to", module_to_cpu)
-    _set(nn.Module, "cuda", module_cuda_cpu)
-    _original["set_device"] = torch.cuda.set_device
-    _set(torch.cuda, "set_device", set_device)
-    _set(torch.cuda, "synchronize", lambda device=None: None)
-    _set(torch.cuda, "empty_cache", lambda: None)
+    set_for_good(torch.Tensor, "to", tensor_to_cpu)
+    set_for_good(torch.Tensor, "cuda", lambda self, *a, **k: self)
+    set_for_good(nn.Module, "to", module_to_cpu)
+    set_for_good(nn.Module, "cuda", module_cuda_cpu)
+    originals["set_device"] = torch.cuda.set_device
+    set_for_good(torch.cuda, "set_device", set_device)
+    set_for_good(torch.cuda, "synchronize", lambda device=None: None)
+    set_for_good(torch.cuda, "empty_cache", lambda: None)
     for name in FACTORIES:
-        _set(torch, name, _on_cpu(getattr(torch, name)))
-    _original["load"] = torch.load
-    _set((torch, torch.serialization), "load", _load_on_cpu(torch.load))
+        set_for_good(torch, name, on_cpu(getattr(torch, name)))
+    originals["load"] = torch.load
+    set_for_good((torch, torch.serialization), "load", load_on_cpu(torch.load))
     if gpus:
-        _original["device_count"] = torch.cuda.device_count
-        _set(torch.cuda, "device_count", lambda: gpus)
-        _install_accelerator(gpus)
+        originals["device_count"] = torch.cuda.device_count
+        set_for_good(torch.cuda, "device_count", lambda: gpus)
+        install_accelerator(gpus)
 
 
-def _install_placement_record() -> None:
+def install_placement_record() -> None:
     module_to = nn.Module.to
 
     def module_to_recorded(self, *args, **kwargs):
         line = learner_line()
         if line is not None:
             device = kwargs.get("device", args[0] if args else None)
-            _place(self, _cuda_name(device), line)
+            place(self, cuda_name(device), line)
         return module_to(self, *args, **kwargs)
 
-    _set(nn.Module, "to", module_to_recorded)
+    set_for_good(nn.Module, "to", module_to_recorded)

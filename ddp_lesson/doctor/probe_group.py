@@ -2,20 +2,20 @@
 
 :func:`.probe.install` puts the recording versions here in place of torch's:
 
-* :func:`_init_process_group` records the rank and world size claimed and the
+* :func:`recorded_init` records the rank and world size claimed and the
   backend asked for, then joins the group at the doctor's own store on
   127.0.0.1, whatever ``MASTER_ADDR``/``MASTER_PORT`` or ``init_method`` say
   (``"nccl"`` becomes ``"gloo"`` when CUDA stands in). It stops the rank with
   the evidence, before it would wait forever or fail in torch, for a rank
   outside the world, a world larger than the processes started, two
   processes claiming one rank, or a second call while the group is up;
-* :func:`_collective` makes each collective the learner's file calls on the
+* :func:`recorded_collective` makes each collective the learner's file calls on the
   whole group wait until every rank has reached the same one, and stop when a
   rank has ended without it, called a different one, or sits in a DDP step
   that waits for this rank; after ``destroy_process_group`` it stops at once;
-* :func:`_destroy_process_group` records where the group was destroyed and
+* :func:`recorded_destroy` records where the group was destroyed and
   tells the other ranks, through the store, that this one is done;
-* :func:`_loopback_store` makes a store the script hosts itself
+* :func:`loopback_store` makes a store the script hosts itself
   (``dist.TCPStore(..., is_master=True)``) listen on the loopback address
   only: torch's listens on every interface, whatever host it is given.
 """
@@ -34,16 +34,16 @@ import torch
 import torch.distributed as dist
 
 from .probe_state import (
-    _blocking,
-    _is_learner,
-    _mark_done,
-    _original,
-    _owned,
-    _save,
-    _state,
-    _stop,
-    _wants_torchrun,
+    blocking,
+    is_learner,
     learner_line,
+    mark_done,
+    originals,
+    owned,
+    process_state,
+    save_record,
+    stop_at_stage,
+    wants_torchrun,
 )
 
 #: Seconds a rank may stay in one DDP step while another waits in a collective of
@@ -56,17 +56,17 @@ def joining_key(index: int) -> str:
     return f"doctor/joining/{index}"
 
 
-def _store() -> dist.TCPStore:
-    store = _state.get("store")
+def recorded_store() -> dist.TCPStore:
+    store = process_state.get("store")
     if store is None:
-        settings = _state["settings"]
+        settings = process_state["settings"]
         store = dist.TCPStore(
             "127.0.0.1",
             settings.port,
             is_master=False,
             timeout=datetime.timedelta(seconds=settings.wait_s),
         )
-        _state["store"] = store
+        process_state["store"] = store
     return store
 
 
@@ -75,7 +75,7 @@ LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "127.0.0.1": "127.0.0.1
                 "localhost": "127.0.0.1", "::": "::1", "::1": "::1"}  # fmt: skip
 
 
-def _loopback_store(tcp_store: type) -> type:
+def loopback_store(tcp_store: type) -> type:
     """``dist.TCPStore`` in a diagnosed process: a store it hosts listens on loopback only.
 
     torch's store server listens on every interface (``:::PORT``) whatever
@@ -109,9 +109,9 @@ def _loopback_store(tcp_store: type) -> type:
     return LoopbackTCPStore
 
 
-def _backend(asked: object) -> str:
+def backend_used(asked: object) -> str:
     """The backend the group uses: what was asked, with NCCL as gloo when CUDA stands in."""
-    stand_in = _state["settings"].stand_in
+    stand_in = process_state["settings"].stand_in
     if asked is None:
         return "gloo" if stand_in or not torch.cuda.is_available() else "nccl"
     text = str(asked)
@@ -120,28 +120,28 @@ def _backend(asked: object) -> str:
     return text
 
 
-def _init_process_group(*args, **kwargs):
-    record = _state["record"]
+def recorded_init(*args, **kwargs):
+    record = process_state["record"]
     if dist.is_initialized() and record.init:
-        _called_again(record.init["line"])
-    bound = inspect.signature(_original["init_process_group"]).bind_partial(*args, **kwargs)
+        called_again(record.init["line"])
+    bound = inspect.signature(originals["init_process_group"]).bind_partial(*args, **kwargs)
     given = bound.arguments
     rank = given.get("rank", -1)
     world_size = given.get("world_size", -1)
-    if record.script and not record.spawns and os.getpid() == _state["pid"]:
+    if record.script and not record.spawns and os.getpid() == process_state["pid"]:
         # run as Python, the script joins a group itself before starting any process
         missing = [
             name for name, value in (("RANK", rank), ("WORLD_SIZE", world_size))
             if value in (-1, None) and name not in os.environ
         ]  # fmt: skip
         if missing:
-            _wants_torchrun(missing[0], learner_line())
+            wants_torchrun(missing[0], learner_line())
     rank = int(os.environ.get("RANK", -1)) if rank in (-1, None) else rank
     world_size = (
         int(os.environ.get("WORLD_SIZE", -1)) if world_size in (-1, None) else world_size
     )
     asked = given.get("backend")
-    used = _backend(asked)
+    used = backend_used(asked)
     record.claimed_rank, record.claimed_world_size = rank, world_size
     record.init = {
         "line": learner_line(),
@@ -149,62 +149,62 @@ def _init_process_group(*args, **kwargs):
         "backend": used,
         "address": os.environ.get("MASTER_ADDR"),
     }
-    _state["init_frames"] = _learner_frames(sys._getframe(1))
-    _save()
-    nprocs = _state.get("nprocs", 0)
+    process_state["init_frames"] = learner_frames(sys._getframe(1))
+    save_record()
+    nprocs = process_state.get("nprocs", 0)
     if world_size is None or world_size < 1 or rank is None or not 0 <= rank < world_size:
-        _stop(
+        stop_at_stage(
             "process_group",
             f"init_process_group got rank={rank}, world_size={world_size}: the rank must "
             "be in 0..world_size-1 (pass rank=rank, world_size=world_size)",
         )
     if nprocs and world_size > nprocs:
-        _stop(
+        stop_at_stage(
             "spawning",
             f"only {nprocs} process(es) were started for a world of {world_size}: the "
             "group would wait forever for the missing ranks; start world_size processes "
             "(nprocs=world_size)",
         )
-    store = _store()
+    store = recorded_store()
     if store.add(f"doctor/rank/{rank}", 1) > 1:
-        _stop(
+        stop_at_stage(
             "process_group",
             f"two processes both claimed rank {rank} in init_process_group: each "
             "process must pass its own rank (the one mp.spawn gives main, or torchrun's "
             "RANK)",
         )
-    timeout = datetime.timedelta(seconds=_state["settings"].wait_s)
+    timeout = datetime.timedelta(seconds=process_state["settings"].wait_s)
     # what a script that joins each process it starts watches for (see .start_follow)
     joining = joining_key(record.index)
     store.set(joining, f"{world_size}:{rank}:{record.init['line'] or ''}")
-    with _owned("process_group"), _blocking("init_process_group", record.init["line"]):
-        _original["init_process_group"](
+    with owned("process_group"), blocking("init_process_group", record.init["line"]):
+        originals["init_process_group"](
             used, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
     store.set(joining, "joined")
     record.init["joined"] = True
-    _save()
+    save_record()
 
 
-def _learner_frames(frame) -> list[tuple[object, int]]:
+def learner_frames(frame) -> list[tuple[object, int]]:
     """The learner's frames on the stack, innermost first, each with the line it is at."""
     found = []
     while frame is not None:
-        if _is_learner(frame.f_code.co_filename):
+        if is_learner(frame.f_code.co_filename):
             found.append((frame, frame.f_lineno))
         frame = frame.f_back
     return found
 
 
-def _called_again(first: int | None) -> None:
+def called_again(first: int | None) -> None:
     """init_process_group again while this process's group is up: stop at the repeated call.
 
     The call that repeats is the line, in a function still running since the
     first call, that leads to this one (a loop that runs ``setup()`` every
     epoch: that ``setup()`` line).
     """
-    before = {id(frame): line for frame, line in _state.get("init_frames", [])}
-    now = _learner_frames(sys._getframe(2))
+    before = {id(frame): line for frame, line in process_state.get("init_frames", [])}
+    now = learner_frames(sys._getframe(2))
     shared = next(((f, line) for f, line in now if id(f) in before), None)
     line = shared[1] if shared else (now[0][1] if now else None)
     how = (
@@ -212,7 +212,7 @@ def _called_again(first: int | None) -> None:
         if shared and before[id(shared[0])] == line
         else f"it was called at line {first}, and again at line {line}"
     )
-    _stop(
+    stop_at_stage(
         "process_group",
         f"init_process_group is called again while the group it made (line {first}) is "
         f"still up: {how}, and torch refuses a second default group; call it once per "
@@ -222,27 +222,27 @@ def _called_again(first: int | None) -> None:
     )
 
 
-def _destroy_process_group(*args, **kwargs):
-    record = _state["record"]
+def recorded_destroy(*args, **kwargs):
+    record = process_state["record"]
     first = record.destroyed is None
-    _state.pop("init_frames", None)  # a later init_process_group is no repeat
+    process_state.pop("init_frames", None)  # a later init_process_group is no repeat
     if first:
         record.destroyed = {"line": learner_line()}
-        _mark_done()
-        _save()
-    with _owned("teardown"):
-        return _original["destroy_process_group"](*args, **kwargs)
+        mark_done()
+        save_record()
+    with owned("teardown"):
+        return originals["destroy_process_group"](*args, **kwargs)
 
 
-def _wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
+def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
     """Wait until every rank has reached collective number ``step``; stop if one never will.
 
     A rank that never will has ended (its ``done`` key), or sits in a DDP step
     (a backward pass averaging gradients) that itself waits for this rank.
     """
-    store = _store()
+    store = recorded_store()
     keys = [f"doctor/coll/{step}/{r}" for r in range(size)]
-    deadline = time.monotonic() + _state["settings"].wait_s
+    deadline = time.monotonic() + process_state["settings"].wait_s
     seen: dict[int, tuple[bytes, float]] = {}  # what each missing rank was doing, since when
     while time.monotonic() < deadline:
         missing = [r for r in range(size) if not store.check([keys[r]])]
@@ -252,14 +252,14 @@ def _wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None
             if store.check([f"doctor/done/{other}"]):
                 done = int(store.get(f"doctor/done/{other}"))
                 made = f" (it made {done} collective call(s) of its own)" if done else ""
-                _stop(
+                stop_at_stage(
                     "process_group",
                     f"rank {rank} waits in {name}() (line {line}), but rank {other} "
                     f"ended without calling it{made}: every rank must call each "
                     "collective, in the same order",
                     line,
                 )
-            _check_stuck(name, line, rank, other, seen)
+            check_stuck(name, line, rank, other, seen)
         with contextlib.suppress(dist.DistStoreError):
             store.wait([keys[missing[0]]], datetime.timedelta(seconds=0.25))
     else:
@@ -267,7 +267,7 @@ def _wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None
     ops = {r: store.get(keys[r]).decode() for r in range(size)}
     if len({op.split(":")[0] for op in ops.values()}) > 1:
         said = ", ".join(f"rank {r}: {op.replace(':', ' at line ')}" for r, op in ops.items())
-        _stop(
+        stop_at_stage(
             "process_group",
             f"the ranks called different collectives at the same point ({said}): "
             "every rank must call the same collectives in the same order",
@@ -275,9 +275,9 @@ def _wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None
         )
 
 
-def _check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> None:
+def check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> None:
     """Stop when ``other`` has sat in one DDP step all the while this rank waited for it."""
-    store = _state["store"]
+    store = process_state["store"]
     key = f"doctor/where/{other}"
     if not store.check([key]):
         return
@@ -290,7 +290,7 @@ def _check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> Non
         return
     op, at, _ = where.decode().split(":")
     what = "a backward pass, where DDP averages gradients" if op == "backward" else "DDP(...)"
-    _stop(
+    stop_at_stage(
         "process_group",
         f"rank {rank} waits in {name}() (line {line}) while rank {other} waits in {what} "
         f"(line {at}), which needs every rank: the ranks are at different collectives, so "
@@ -300,18 +300,18 @@ def _check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> Non
     )
 
 
-def _collective(name: str) -> Callable:
-    real = _original[name]
+def recorded_collective(name: str) -> Callable:
+    real = originals[name]
     signature = inspect.signature(real)
 
     def checked(*args, **kwargs):
         line = learner_line()
-        record = _state["record"]
+        record = process_state["record"]
         if line is None or record is None:
             return real(*args, **kwargs)
         if not dist.is_initialized():
             if record.destroyed:
-                _stop(
+                stop_at_stage(
                     "teardown",
                     f"{name}() at line {line} runs after destroy_process_group() at line "
                     f"{record.destroyed['line']} released the group, so it has no group "
@@ -325,9 +325,9 @@ def _collective(name: str) -> Callable:
         rank, size = dist.get_rank(), dist.get_world_size()
         step = len(record.collectives)
         record.collectives.append({"op": name, "line": line})
-        _store().set(f"doctor/coll/{step}/{rank}", f"{name}:{line}")
-        _wait_for_all(name, line, step, rank, size)
-        with _blocking(name, line):
+        recorded_store().set(f"doctor/coll/{step}/{rank}", f"{name}:{line}")
+        wait_for_all(name, line, step, rank, size)
+        with blocking(name, line):
             return real(*args, **kwargs)
 
     return checked

@@ -2,7 +2,7 @@
 
 :func:`.probe.install` wraps ``torch.autograd.backward`` and
 ``DistributedDataParallel``'s ``__init__`` and ``forward`` with the functions
-here, and registers :func:`_after_step` after every optimiser step:
+here, and registers :func:`after_step` after every optimiser step:
 
 * backward passes: the sum of the parameters each of the first ones trains
   (the leaves of its graph, whatever then updates them), which parameters of
@@ -26,7 +26,15 @@ import inspect
 
 import torch
 
-from .probe_state import _blocking, _first_line, _local, _owned, _save, _state, learner_line
+from .probe_state import (
+    blocking,
+    first_line,
+    learner_line,
+    owned,
+    process_state,
+    save_record,
+    thread_local,
+)
 
 #: Optimiser steps (and backward passes) whose parameters are recorded.
 STEPS_KEPT = 3
@@ -35,7 +43,7 @@ STEPS_KEPT = 3
 PARAMS_KEPT = 4096
 
 
-def _trained_parameters(tensors) -> list[torch.Tensor]:
+def trained_parameters(tensors) -> list[torch.Tensor]:
     """The parameters a backward pass from ``tensors`` trains: the leaves of its graph."""
     roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ())
     pending = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn]
@@ -52,11 +60,11 @@ def _trained_parameters(tensors) -> list[torch.Tensor]:
     return list(leaves.values())
 
 
-def _note_backward(tensors) -> None:
-    record = _state["record"]
+def note_backward(tensors) -> None:
+    record = process_state["record"]
     if record is None or len(record.trained) > STEPS_KEPT:
         return
-    params = _trained_parameters(tensors)
+    params = trained_parameters(tensors)
     if not params:
         return
     with torch.no_grad():
@@ -65,10 +73,10 @@ def _note_backward(tensors) -> None:
     record.trained.append({"at": len(record.trained), "sum": total, "count": count})
 
 
-def _note_unused() -> None:
+def note_unused() -> None:
     """After a backward pass: the parameters of each DDP model that got no gradient."""
     changed = False
-    for entry, module in _state.get("ddp", []):
+    for entry, module in process_state.get("ddp", []):
         if entry["unused"] is None:
             entry["unused"] = [
                 name
@@ -77,30 +85,30 @@ def _note_unused() -> None:
             ]
             changed = True
     if changed:
-        _save()
+        save_record()
 
 
-def _backward(original):
+def recorded_backward(original):
     def backward(tensors, *args, **kwargs):
-        _note_backward(tensors)
-        entry = _state.get("epoch")
+        note_backward(tensors)
+        entry = process_state.get("epoch")
         if entry is not None and not entry["trained"]:
             entry["trained"] = True
-            _save()
-        if _state.get("ddp"):  # DDP averages gradients while backward runs
-            with _blocking("backward", learner_line()):
+            save_record()
+        if process_state.get("ddp"):  # DDP averages gradients while backward runs
+            with blocking("backward", learner_line()):
                 result = original(tensors, *args, **kwargs)
         else:
             result = original(tensors, *args, **kwargs)
-        _note_unused()
+        note_unused()
         return result
 
     return backward
 
 
-def _ddp_init(original):
+def ddp_init(original):
     def init(self, module, *args, **kwargs):
-        record = _state["record"]
+        record = process_state["record"]
         line = learner_line()
         bound = inspect.signature(original).bind_partial(self, module, *args, **kwargs)
         device_ids = bound.arguments.get("device_ids")
@@ -120,50 +128,50 @@ def _ddp_init(original):
         }
         record.ddp.append(entry)
         # which parameters DDP keeps in step: an optimiser may train more
-        _state.setdefault("in_ddp", set()).update(id(p) for p in module.parameters())
-        if _state["settings"].stand_in and entry["asked"]:
+        process_state.setdefault("in_ddp", set()).update(id(p) for p in module.parameters())
+        if process_state["settings"].stand_in and entry["asked"]:
             # The model asked for a GPU and got the CPU from the doctor: drop the
             # GPU-only arguments that DDP would refuse for a CPU module.
             bound.arguments.pop("device_ids", None)
             bound.arguments.pop("output_device", None)
         try:
-            with _owned("model_wrapping"), _blocking("DistributedDataParallel", line):
+            with owned("model_wrapping"), blocking("DistributedDataParallel", line):
                 original(*bound.args, **bound.kwargs)
         except Exception as error:
-            entry["error"] = f"{type(error).__name__}: {_first_line(error)}"
-            _save()
+            entry["error"] = f"{type(error).__name__}: {first_line(error)}"
+            save_record()
             raise
-        module.register_forward_pre_hook(_count_forward)
-        _state.setdefault("ddp", []).append((entry, module))
-        _save()
+        module.register_forward_pre_hook(count_forward)
+        process_state.setdefault("ddp", []).append((entry, module))
+        save_record()
 
     return init
 
 
-def _ddp_forward(original):
+def ddp_forward(original):
     def forward(self, *args, **kwargs):
-        _local.in_ddp = getattr(_local, "in_ddp", 0) + 1
+        thread_local.in_ddp = getattr(thread_local, "in_ddp", 0) + 1
         try:
             return original(self, *args, **kwargs)
         finally:
-            _local.in_ddp -= 1
+            thread_local.in_ddp -= 1
 
     return forward
 
 
-def _count_forward(module, inputs) -> None:
+def count_forward(module, inputs) -> None:
     if not torch.is_grad_enabled():
         return
-    forwards = _state["record"].forwards
-    if getattr(_local, "in_ddp", 0):
+    forwards = process_state["record"].forwards
+    if getattr(thread_local, "in_ddp", 0):
         forwards["wrapped"] += 1
     else:
         forwards["raw"] += 1
         forwards["raw_line"] = forwards["raw_line"] or learner_line(3)
 
 
-def _after_step(optimizer, args, kwargs) -> None:
-    record = _state["record"]
+def after_step(optimizer, args, kwargs) -> None:
+    record = process_state["record"]
     if record is None or len(record.steps) >= STEPS_KEPT:
         return
     params = [p.detach() for group in optimizer.param_groups for p in group["params"]]
@@ -173,7 +181,7 @@ def _after_step(optimizer, args, kwargs) -> None:
         grad_sum = float(sum(g.double().abs().sum() for g in grads if g is not None))
         flat = torch.cat([p.reshape(-1).float().cpu() for p in params])
     record.steps.append({"params": total, "grads": grad_sum})
-    in_ddp = _state.get("in_ddp")
+    in_ddp = process_state.get("in_ddp")
     if in_ddp:  # what the optimiser trains outside every DDP module, by position
         record.outside = [
             {"index": i, "shape": list(p.shape), "sum": float(p.double().sum())}
@@ -181,4 +189,4 @@ def _after_step(optimizer, args, kwargs) -> None:
         ]
     # evenly spaced values are enough to see two ranks apart, and keep the record small
     record.params = flat[:: max(1, flat.numel() // PARAMS_KEPT)].clone()
-    _save()
+    save_record()

@@ -2,12 +2,12 @@
 
 One process holds one probe, and its state lives here, created once:
 
-* ``_state``: the record, the settings, the channel to the doctor, the
+* ``process_state``: the record, the settings, the channel to the doctor, the
   doctor's store, the DDP models and the epoch seen so far...;
-* ``_original``: torch's own functions that the probe replaced, by name
+* ``originals``: torch's own functions that the probe replaced, by name
   (what :func:`.probe.rewire` swaps and :func:`.probe.finish` calls);
-* ``_learner_files``: which file names are the learner's file;
-* ``_local``: what belongs to one thread (being inside a DDP forward).
+* ``learner_files``: which file names are the learner's file;
+* ``thread_local``: what belongs to one thread (being inside a DDP forward).
 
 They are only ever changed in place, never rebound, so every part of the
 probe (:mod:`.probe`, :mod:`.probe_devices`, :mod:`.probe_group`,
@@ -17,21 +17,21 @@ the old object.
 
 And what every part uses:
 
-* :func:`_set` and :func:`_wrap`, the probe's only way to change torch's
+* :func:`set_for_good` and :func:`wrap_for_good`, the probe's only way to change torch's
   functions (through :mod:`ddp_lesson.launch.torch_hooks`);
-* :func:`_is_learner` and :func:`learner_line`: a file is the learner's when
+* :func:`is_learner` and :func:`learner_line`: a file is the learner's when
   its real path is the file being diagnosed, so no file of the course's
   package ever is. :func:`learner_line` counts frames from its caller
   (``depth``): call it directly, from the function whose caller is wanted,
   without a layer in between;
-* :func:`_save`, which sends the record to the doctor after every event;
-* :func:`_error_entry` and :func:`_owned`: an exception's line in the
+* :func:`save_record`, which sends the record to the doctor after every event;
+* :func:`error_record` and :func:`owned`: an exception's line in the
   learner's file and the stage of the torch call that raised it;
-* :func:`_blocking`, around a call that waits for the other ranks inside
-  torch, and :func:`_on_terminate`, what a SIGTERM records before it stops
+* :func:`blocking`, around a call that waits for the other ranks inside
+  torch, and :func:`on_terminate`, what a SIGTERM records before it stops
   the process;
-* :func:`_stop`, which records the evidence and stops a rank that cannot go on
-  (:class:`DoctorStop`), and :func:`_mark_done`, which tells the other ranks
+* :func:`stop_at_stage`, which records the evidence and stops a rank that cannot go on
+  (:class:`DoctorStop`), and :func:`mark_done`, which tells the other ranks
   through the store that this one has ended.
 """
 
@@ -71,47 +71,47 @@ class TorchrunScript(BaseException):
     """
 
 
-_state: dict = {"installed": False, "record": None}
-_local = threading.local()
+process_state: dict = {"installed": False, "record": None}
+thread_local = threading.local()
 
 
-def _set(owners: object | tuple[object, ...], name: str, value: object) -> None:
+def set_for_good(owners: object | tuple[object, ...], name: str, value: object) -> None:
     """Make ``name`` on ``owners`` ``value`` for the rest of this (recorded) process."""
     torch_hooks.wrap(torch_hooks.point(owners, name), lambda previous: value)
 
 
-def _wrap(owners: object | tuple[object, ...], name: str, make: Callable) -> None:
+def wrap_for_good(owners: object | tuple[object, ...], name: str, make: Callable) -> None:
     """Make ``name`` on ``owners`` ``make(previous)`` for the rest of this process."""
     torch_hooks.wrap(torch_hooks.point(owners, name), make)
 
 
-_original: dict[str, object] = {}
-_learner_files: dict[str, bool] = {}
+originals: dict[str, object] = {}
+learner_files: dict[str, bool] = {}
 
 
 # -- recording ---------------------------------------------------------------------
-def _save() -> None:
+def save_record() -> None:
     """Send this process's record to the doctor's folder (replacing the previous one).
 
     Only from the process that recorded it: a process forked from a rank
     (a DataLoader worker) holds a stale copy that must not replace it.
     """
-    record, channel = _state.get("record"), _state.get("channel")
-    if record is not None and channel is not None and _state.get("pid") == os.getpid():
+    record, channel = process_state.get("record"), process_state.get("channel")
+    if record is not None and channel is not None and process_state.get("pid") == os.getpid():
         channel.send(record.index, record.fields())
 
 
-def _is_learner(filename: str) -> bool:
-    if filename not in _learner_files:
-        settings = _state.get("settings")
+def is_learner(filename: str) -> bool:
+    if filename not in learner_files:
+        settings = process_state.get("settings")
         target = settings.file if settings else ""
-        _learner_files[filename] = bool(target) and os.path.realpath(filename) == target
-    return _learner_files[filename]
+        learner_files[filename] = bool(target) and os.path.realpath(filename) == target
+    return learner_files[filename]
 
 
-def _frame_line(frame) -> int | None:
+def frame_line(frame) -> int | None:
     while frame is not None:
-        if _is_learner(frame.f_code.co_filename):
+        if is_learner(frame.f_code.co_filename):
             return frame.f_lineno
         frame = frame.f_back
     return None
@@ -119,10 +119,10 @@ def _frame_line(frame) -> int | None:
 
 def learner_line(depth: int = 2) -> int | None:
     """The line of the learner's file that is running now, if it is on the stack."""
-    return _frame_line(sys._getframe(depth))
+    return frame_line(sys._getframe(depth))
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
     """The first sentence of an exception's message (torch's run on for a paragraph)."""
     text = str(error).strip()
     first = text.splitlines()[0] if text else ""
@@ -130,7 +130,7 @@ def _first_line(error: BaseException) -> str:
     return first[: end + 1] if end > 0 else first
 
 
-def _error_entry(error: BaseException, **extra) -> dict:
+def error_record(error: BaseException, **extra) -> dict:
     """What an exception says about the run: its line in the learner's file and its stage."""
     frames = []
     tb = error.__traceback__
@@ -138,9 +138,9 @@ def _error_entry(error: BaseException, **extra) -> dict:
         frame = tb.tb_frame
         frames.append((frame.f_code.co_filename, tb.tb_lineno, frame.f_globals.get("__name__")))
         tb = tb.tb_next
-    mine = [i for i, (filename, _, _) in enumerate(frames) if _is_learner(filename)]
+    mine = [i for i, (filename, _, _) in enumerate(frames) if is_learner(filename)]
     line = frames[mine[-1]][1] if mine else None
-    if line is None and isinstance(error, SyntaxError) and _is_learner(error.filename or ""):
+    if line is None and isinstance(error, SyntaxError) and is_learner(error.filename or ""):
         line = error.lineno
     stage = getattr(error, "doctor_stage", None)
     if stage is None and mine:
@@ -149,12 +149,12 @@ def _error_entry(error: BaseException, **extra) -> dict:
             (key for module in below for prefix, key in TORCH_STAGES if module.startswith(prefix)),
             None,
         )
-    record = _state.get("record")
+    record = process_state.get("record")
     if stage == "process_group" and record is not None and record.destroyed:
         stage = "teardown"  # the group was gone already
     entry = {
         "type": type(error).__name__,
-        "message": _first_line(error),
+        "message": first_line(error),
         "line": line,
         "stage": stage,
         "time": time.time(),
@@ -168,7 +168,7 @@ def _error_entry(error: BaseException, **extra) -> dict:
 
 
 @contextlib.contextmanager
-def _owned(stage: str):
+def owned(stage: str):
     """Mark an exception raised inside as belonging to ``stage``."""
     try:
         yield
@@ -180,7 +180,7 @@ def _owned(stage: str):
 
 
 @contextlib.contextmanager
-def _blocking(op: str, line: int | None):
+def blocking(op: str, line: int | None):
     """Around a call that may wait inside torch's C++ code for the other ranks.
 
     A Python signal handler runs only once such a call returns, so while it
@@ -188,68 +188,69 @@ def _blocking(op: str, line: int | None):
     rank) must end the process at once, as it would without the doctor: the
     record already says where it waits.
     """
-    record = _state["record"]
+    record = process_state["record"]
     main = threading.current_thread() is threading.main_thread()
     record.waiting = {"op": op, "line": line}
-    _save()
-    _say_where(op, line)
+    save_record()
+    say_where(op, line)
     handler = signal.getsignal(signal.SIGTERM) if main else None
-    if handler is _on_terminate:
+    if handler is on_terminate:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         yield
     finally:
-        if handler is _on_terminate:
+        if handler is on_terminate:
             signal.signal(signal.SIGTERM, handler)
         record.waiting = None
 
 
-def _say_where(op: str, line: int | None) -> None:
+def say_where(op: str, line: int | None) -> None:
     """Tell the other ranks (through the store) which DDP step this rank waits in."""
-    record = _state["record"]
-    if op in DDP_STEPS and _state.get("store") is not None and record.claimed_rank is not None:
-        _state["steps"] = steps = _state.get("steps", 0) + 1
+    record = process_state["record"]
+    store = process_state.get("store")
+    if op in DDP_STEPS and store is not None and record.claimed_rank is not None:
+        process_state["steps"] = steps = process_state.get("steps", 0) + 1
         with contextlib.suppress(Exception):
-            _state["store"].set(f"doctor/where/{record.claimed_rank}", f"{op}:{line}:{steps}")
+            store.set(f"doctor/where/{record.claimed_rank}", f"{op}:{line}:{steps}")
 
 
-def _on_terminate(signum, frame) -> None:
+def on_terminate(signum, frame) -> None:
     """At the deadline: note the learner's line this process was running, then stop."""
-    record = _state.get("record")
+    record = process_state.get("record")
     if record is not None:
-        record.stopped_at = _frame_line(frame)
+        record.stopped_at = frame_line(frame)
         with contextlib.suppress(Exception):
-            _save()
+            save_record()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
 
-def _mark_done() -> None:
-    record = _state["record"]
-    if record.claimed_rank is not None and _state.get("store") is not None:
+def mark_done() -> None:
+    record = process_state["record"]
+    if record.claimed_rank is not None and process_state.get("store") is not None:
         try:
             done = str(len(record.collectives))
-            _state["store"].set(f"doctor/done/{record.claimed_rank}", done)
+            process_state["store"].set(f"doctor/done/{record.claimed_rank}", done)
         except Exception:  # the store may be gone at the very end
             pass
 
 
-def _wants_torchrun(variable: str, line: int | None) -> None:
+def wants_torchrun(variable: str, line: int | None) -> None:
     """Note that the script needs torchrun's ``variable`` to go on, and end its Python run."""
-    record = _state["record"]
+    record = process_state["record"]
     record.torchrun = {"variable": variable, "line": line}
-    _save()
+    save_record()
     raise TorchrunScript(variable)
 
 
-def _stop(stage: str, evidence: str, line: int | None = None) -> None:
-    record = _state["record"]
+def stop_at_stage(stage: str, evidence: str, line: int | None = None) -> None:
+    record = process_state["record"]
     record.stop = {
         "stage": stage,
         "evidence": evidence,
         "line": line or learner_line(3),
         "time": time.time(),
     }
-    _mark_done()
-    _save()
+    mark_done()
+    save_record()
     raise DoctorStop(evidence)

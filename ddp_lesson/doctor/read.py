@@ -25,18 +25,18 @@ import io
 import tokenize
 from pathlib import Path
 
-from .read_data import _read_data
-from .read_group import _read_group
-from .read_launch import _joins_from_environment, _read_spawn, _unguarded_spawns
-from .read_model import _read_model
+from .read_data import read_data_part
+from .read_group import read_group_part
+from .read_launch import joins_from_environment, read_spawn, unguarded_spawns
+from .read_model import read_model_part
 from .read_syntax import (
-    _calls,
-    _ddp_aliases,
-    _is_main_block,
-    _name,
-    _Scope,
-    _top_level,
-    _training_loops,
+    Scope,
+    called_name,
+    calls_in,
+    ddp_aliases,
+    is_main_block,
+    top_level,
+    training_loops,
 )
 from .read_terms import (
     ALL_INTERFACES,
@@ -119,7 +119,7 @@ def read(path: str | Path) -> Reading:
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     _read_warnings(reading, tree)
     _read_owners(reading, tree)
-    unguarded = _unguarded_spawns(tree)
+    unguarded = unguarded_spawns(tree)
     if unguarded:
         line = unguarded[0].lineno
         reading.mode, reading.unstartable = SCRIPT, True
@@ -137,18 +137,18 @@ def read(path: str | Path) -> Reading:
             )
         )
         return reading
-    main_blocks = [n for n in tree.body if _is_main_block(n)]
-    spawns = [c for block in main_blocks for c in _calls(block, *STAGE_CALLS["spawning"])]
+    main_blocks = [n for n in tree.body if is_main_block(n)]
+    spawns = [c for block in main_blocks for c in calls_in(block, *STAGE_CALLS["spawning"])]
     top_inits = [
         n
-        for n in _top_level(tree, skip_main=False)
-        if isinstance(n, ast.Call) and _name(n) == "init_process_group"
+        for n in top_level(tree, skip_main=False)
+        if isinstance(n, ast.Call) and called_name(n) == "init_process_group"
     ]
     if spawns or main_blocks or top_inits or _top_level_starts(tree):
         # run as Python first: how it starts its processes, if it does, is what it
         # does then; one that needs torchrun's variables instead is run under torchrun
         reading.mode = SCRIPT
-        reading.reads_torchrun = _joins_from_environment(tree)
+        reading.reads_torchrun = joins_from_environment(tree)
     elif "main" in functions:
         reading.mode = WORKER
         reading.lines["spawning"] = functions["main"].lineno  # what the processes call
@@ -162,13 +162,13 @@ def read(path: str | Path) -> Reading:
         )
         return reading
     reading.asks_device_count = bool(
-        _calls(tree, "device_count", "current_accelerator")
-        or any("accelerator" in ast.unparse(c.func) for c in _calls(tree, "is_available"))
+        calls_in(tree, "device_count", "current_accelerator")
+        or any("accelerator" in ast.unparse(c.func) for c in calls_in(tree, "is_available"))
     )
-    _read_spawn(reading, spawns, functions, _Scope(*main_blocks, *tree.body))
-    _read_group(reading, tree)
-    _read_data(reading, tree, functions)
-    _read_model(reading, tree, functions)
+    read_spawn(reading, spawns, functions, Scope(*main_blocks, *tree.body))
+    read_group_part(reading, tree)
+    read_data_part(reading, tree, functions)
+    read_model_part(reading, tree, functions)
     return reading
 
 
@@ -179,7 +179,7 @@ PROCESS_STARTERS = frozenset({"Process", "Pool", "elastic_launch"})
 def _top_level_starts(tree: ast.Module) -> bool:
     """True when code outside any function starts processes (``Process(...).start()``...)."""
     return any(
-        isinstance(n, ast.Call) and _name(n) in PROCESS_STARTERS for n in _top_level(tree)
+        isinstance(n, ast.Call) and called_name(n) in PROCESS_STARTERS for n in top_level(tree)
     )
 
 
@@ -208,7 +208,7 @@ def _read_warnings(reading: Reading, tree: ast.Module) -> None:
         if isinstance(node, ast.Constant) and _every_interface(node.value) is not None:
             address = _every_interface(node.value)
             where = " (an init_method's tcp:// host)" if address != node.value else ""
-        elif isinstance(node, ast.Call) and _name(node) == "bind" and node.args:
+        elif isinstance(node, ast.Call) and called_name(node) == "bind" and node.args:
             target = node.args[0]
             first = target.elts[0] if isinstance(target, ast.Tuple) and target.elts else None
             if isinstance(first, ast.Constant) and first.value == "":
@@ -231,11 +231,11 @@ def _read_warnings(reading: Reading, tree: ast.Module) -> None:
 
 def _wrapped_names(tree: ast.Module) -> set[str]:
     """What the DDP wrapper is assigned to: ``model``, ``self.model``..."""
-    aliases = _ddp_aliases(tree)
+    aliases = ddp_aliases(tree)
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            if _name(node.value) in aliases:
+            if called_name(node.value) in aliases:
                 names.update(ast.unparse(t) for t in node.targets)
     return names
 
@@ -243,18 +243,18 @@ def _wrapped_names(tree: ast.Module) -> set[str]:
 def _read_owners(reading: Reading, tree: ast.Module) -> None:
     """Which stage each line belongs to: the innermost stage call on it, wherever it is."""
     stage_of = {name: key for key, names in STAGE_CALLS.items() for name in names}
-    for alias in _ddp_aliases(tree):
+    for alias in ddp_aliases(tree):
         stage_of[alias] = "model_wrapping"
     wrapped = _wrapped_names(tree)
     spans: list[tuple[int, int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            key = stage_of.get(_name(node))
+            key = stage_of.get(called_name(node))
             if key is None and ast.unparse(node.func) in wrapped:
                 key = "model_wrapping"  # a forward pass through the DDP wrapper
             if key is not None:
                 spans.append((node.lineno, node.end_lineno or node.lineno, key))
-    for _, loop in _training_loops(tree):  # fetching a batch splits the data
+    for _, loop in training_loops(tree):  # fetching a batch splits the data
         spans.append((loop.lineno, loop.lineno, "data_division"))
     for start, end, key in sorted(spans, key=lambda s: s[0] - s[1]):  # widest first
         for line in range(start, end + 1):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from .read_syntax import _calls, _keyword, _name, _Scope, _training_loops
+from .read_syntax import Scope, called_name, calls_in, keyword_arg, training_loops
 from .read_terms import Finding, Reading
 
 
@@ -18,24 +18,24 @@ def _loop_source(loop: ast.For) -> ast.expr:
     """What a for loop iterates, seen through enumerate(...), tqdm(...) and friends."""
     it = loop.iter
     wrappers = ("enumerate", "tqdm", "zip", "iter")
-    while isinstance(it, ast.Call) and _name(it) in wrappers and it.args:
+    while isinstance(it, ast.Call) and called_name(it) in wrappers and it.args:
         it = it.args[0]
     return it
 
 
 def _loader_call(expr: ast.expr, owner: ast.AST, tree: ast.AST, functions) -> ast.Call | None:
     """The ``DataLoader(...)`` call behind a loop's iterable, when the code shows it."""
-    value = _Scope(owner).resolve(expr)
+    value = Scope(owner).resolve(expr)
     if isinstance(value, ast.Attribute):  # self.train_loader and the like
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and any(
                 ast.dump(t) == ast.dump(value) for t in node.targets
             ):
                 value = node.value
-    if isinstance(value, ast.Call) and _name(value) == "DataLoader":
+    if isinstance(value, ast.Call) and called_name(value) == "DataLoader":
         return value
-    if isinstance(value, ast.Call) and _name(value) in functions:
-        loaders = _calls(functions[_name(value)], "DataLoader")
+    if isinstance(value, ast.Call) and called_name(value) in functions:
+        loaders = calls_in(functions[called_name(value)], "DataLoader")
         return loaders[-1] if loaders else None
     return None
 
@@ -44,21 +44,21 @@ def _shuffles(sampler: ast.expr | None) -> bool:
     """False when the code builds the sampler with ``shuffle=False`` (its order never changes)."""
     if not isinstance(sampler, ast.Call):
         return True
-    shuffle = _keyword(sampler, "shuffle")
+    shuffle = keyword_arg(sampler, "shuffle")
     return not (isinstance(shuffle, ast.Constant) and shuffle.value is False)
 
 
-def _read_data(reading: Reading, tree: ast.Module, functions) -> None:
-    loaders = _calls(tree, "DataLoader")
+def read_data_part(reading: Reading, tree: ast.Module, functions) -> None:
+    loaders = calls_in(tree, "DataLoader")
     if loaders:
         reading.lines["data_division"] = loaders[0].lineno
-    for owner, loop in _training_loops(tree):
+    for owner, loop in training_loops(tree):
         loader = _loader_call(_loop_source(loop), owner, tree, functions)
         if loader is None:
             continue
         reading.lines["data_division"] = loader.lineno
-        sampler = _keyword(loader, "sampler")
-        scope = _Scope(owner)
+        sampler = keyword_arg(loader, "sampler")
+        scope = Scope(owner)
         sampler = scope.resolve(sampler, loader.lineno)
         if sampler is None or (isinstance(sampler, ast.Constant) and sampler.value is None):
             reading.findings.append(
@@ -70,13 +70,13 @@ def _read_data(reading: Reading, tree: ast.Module, functions) -> None:
                 )
             )
             return
-        distributed = isinstance(sampler, ast.Call) and _name(sampler) == "DistributedSampler"
+        distributed = isinstance(sampler, ast.Call) and called_name(sampler) == "DistributedSampler"
         epochs = [
             n
             for n in ast.walk(owner)
             if isinstance(n, ast.For) and n is not loop and loop in list(ast.walk(n))
         ]
-        if distributed and _shuffles(sampler) and epochs and not _calls(tree, "set_epoch"):
+        if distributed and _shuffles(sampler) and epochs and not calls_in(tree, "set_epoch"):
             reading.findings.append(
                 Finding(
                     "data_division",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from .read_syntax import _calls, _keyword, _name
+from .read_syntax import called_name, calls_in, keyword_arg
 from .read_terms import COLLECTIVES, Finding, Reading
 
 
@@ -19,18 +19,18 @@ def _mentions_rank(node: ast.AST) -> bool:
             return True
         if isinstance(sub, ast.Attribute) and "rank" in sub.attr:
             return True
-        if isinstance(sub, ast.Call) and _name(sub) == "get_rank":
+        if isinstance(sub, ast.Call) and called_name(sub) == "get_rank":
             return True
     return False
 
 
-def _read_group(reading: Reading, tree: ast.Module) -> None:
-    inits = _calls(tree, "init_process_group")
+def read_group_part(reading: Reading, tree: ast.Module) -> None:
+    inits = calls_in(tree, "init_process_group")
     if inits:
         reading.lines["process_group"] = inits[0].lineno
-        backend = _keyword(inits[0], "backend", 0)
+        backend = keyword_arg(inits[0], "backend", 0)
         reading.hard_nccl = isinstance(backend, ast.Constant) and backend.value == "nccl"
-    destroys = _calls(tree, "destroy_process_group")
+    destroys = calls_in(tree, "destroy_process_group")
     if destroys:
         reading.lines["teardown"] = destroys[0].lineno
     elif inits:
@@ -46,9 +46,9 @@ def _read_group(reading: Reading, tree: ast.Module) -> None:
     for node in ast.walk(tree):
         if not isinstance(node, ast.If) or not _mentions_rank(node.test):
             continue
-        inside = [c for s in node.body for c in _calls(s, *COLLECTIVES)]
-        other = [c for s in node.orelse for c in _calls(s, *COLLECTIVES)]
-        extra = sorted(map(_name, inside)) != sorted(map(_name, other))
+        inside = [c for s in node.body for c in calls_in(s, *COLLECTIVES)]
+        other = [c for s in node.orelse for c in calls_in(s, *COLLECTIVES)]
+        extra = sorted(map(called_name, inside)) != sorted(map(called_name, other))
         if extra and (inside or other):
             call = (inside or other)[0]
             reading.findings.append(

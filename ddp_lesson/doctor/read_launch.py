@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import ast
 
-from .read_syntax import _keyword, _name, _Scope, _top_level
+from .read_syntax import Scope, called_name, keyword_arg, top_level
 from .read_terms import STAGE_CALLS, TORCHRUN_VARIABLES, Finding, Reading
 
 
-def _unguarded_spawns(tree: ast.Module) -> list[ast.Call]:
+def unguarded_spawns(tree: ast.Module) -> list[ast.Call]:
     """``mp.spawn`` calls that run when the file is imported: at the top level, unguarded."""
     found = [
         n
-        for n in _top_level(tree)
-        if isinstance(n, ast.Call) and _name(n) in STAGE_CALLS["spawning"]
+        for n in top_level(tree)
+        if isinstance(n, ast.Call) and called_name(n) in STAGE_CALLS["spawning"]
     ]
     return sorted(found, key=lambda n: n.lineno)
 
@@ -30,8 +30,8 @@ def _environment_key(node: ast.AST) -> str | None:
     if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
         key = node.slice
     elif isinstance(node, ast.Call) and node.args and (
-        _name(node) == "getenv"
-        or (_name(node) == "get" and ast.unparse(node.func).endswith("environ.get"))
+        called_name(node) == "getenv"
+        or (called_name(node) == "get" and ast.unparse(node.func).endswith("environ.get"))
     ):
         key = node.args[0]
     else:
@@ -39,20 +39,20 @@ def _environment_key(node: ast.AST) -> str | None:
     return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
 
 
-def _joins_from_environment(tree: ast.Module) -> bool:
+def joins_from_environment(tree: ast.Module) -> bool:
     """True when the code takes its rank from the environment, as a torchrun script does."""
     for node in ast.walk(tree):
         if _environment_key(node) in TORCHRUN_VARIABLES:
             return True
-        if isinstance(node, ast.Call) and _name(node) == "init_process_group":
-            rank = _keyword(node, "rank", 4)
-            method = _keyword(node, "init_method", 1)
+        if isinstance(node, ast.Call) and called_name(node) == "init_process_group":
+            rank = keyword_arg(node, "rank", 4)
+            method = keyword_arg(node, "init_method", 1)
             if rank is None or (isinstance(method, ast.Constant) and method.value == "env://"):
                 return True
     return False
 
 
-def _same(a: ast.expr | None, b: ast.expr | None, scope: _Scope) -> bool:
+def _same(a: ast.expr | None, b: ast.expr | None, scope: Scope) -> bool:
     if a is None or b is None:
         return False
     if ast.dump(a) == ast.dump(b):
@@ -60,17 +60,17 @@ def _same(a: ast.expr | None, b: ast.expr | None, scope: _Scope) -> bool:
     return ast.dump(scope.resolve(a)) == ast.dump(scope.resolve(b))
 
 
-def _read_spawn(reading: Reading, spawns: list[ast.Call], functions, scope: _Scope) -> None:
+def read_spawn(reading: Reading, spawns: list[ast.Call], functions, scope: Scope) -> None:
     if not spawns:
         return
     call = spawns[0]
     reading.lines["spawning"] = call.lineno
-    target = call.args[0] if call.args else _keyword(call, "fn")
+    target = call.args[0] if call.args else keyword_arg(call, "fn")
     main = functions.get(target.id) if isinstance(target, ast.Name) else None
     params = [a.arg for a in main.args.posonlyargs + main.args.args] if main else []
-    args = scope.resolve(_keyword(call, "args", 1), call.lineno)
+    args = scope.resolve(keyword_arg(call, "args", 1), call.lineno)
     items = args.elts if isinstance(args, ast.Tuple) else None
-    nprocs = _keyword(call, "nprocs", 2)
+    nprocs = keyword_arg(call, "nprocs", 2)
     resolved = scope.resolve(nprocs, call.lineno)
     if isinstance(resolved, ast.Constant) and isinstance(resolved.value, int):
         reading.nprocs = resolved.value

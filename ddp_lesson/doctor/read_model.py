@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from .read_syntax import _calls, _ddp_aliases, _name, _Scope, _training_loops
+from .read_syntax import Scope, called_name, calls_in, ddp_aliases, training_loops
 from .read_terms import Finding, Reading
 
 
@@ -23,9 +23,9 @@ def _constant_device(expr: ast.expr | None) -> str | None:
     if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
         if expr.value.startswith("cuda:"):
             return expr.value
-    if isinstance(expr, ast.Call) and _name(expr) == "device_for" and expr.args:
+    if isinstance(expr, ast.Call) and called_name(expr) == "device_for" and expr.args:
         return _constant_device(expr.args[0])  # the course's helper: device_for(0)
-    if isinstance(expr, ast.Call) and _name(expr) == "device" and expr.args:
+    if isinstance(expr, ast.Call) and called_name(expr) == "device" and expr.args:
         parts = [a.value for a in expr.args if isinstance(a, ast.Constant)]
         if len(parts) == len(expr.args):
             text = ":".join(str(p) for p in parts)
@@ -33,25 +33,25 @@ def _constant_device(expr: ast.expr | None) -> str | None:
     return None
 
 
-def _read_model(reading: Reading, tree: ast.Module, functions) -> None:
-    wrappers = _calls(tree, *_ddp_aliases(tree))
+def read_model_part(reading: Reading, tree: ast.Module, functions) -> None:
+    wrappers = calls_in(tree, *ddp_aliases(tree))
     optimizers = [
         c
         for c in ast.walk(tree)
         if isinstance(c, ast.Call)
         and c.args
         and isinstance(c.args[0], ast.Call)
-        and _name(c.args[0]) == "parameters"
+        and called_name(c.args[0]) == "parameters"
         and isinstance(c.args[0].func, ast.Attribute)
         and isinstance(c.args[0].func.value, ast.Name)
     ]
     model_line = None
     fixed = False
     for owner in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
-        scope = _Scope(owner)
+        scope = Scope(owner)
         calls = [n for n in ast.walk(owner) if isinstance(n, ast.Call)]
         for node in sorted(calls, key=lambda n: n.lineno):
-            if _name(node) in ("to", "cuda") and node.args and not fixed:
+            if called_name(node) in ("to", "cuda") and node.args and not fixed:
                 given = node.args[0]
                 device = _constant_device(scope.resolve(given, node.lineno))
                 if device:
@@ -77,7 +77,7 @@ def _read_model(reading: Reading, tree: ast.Module, functions) -> None:
         reading.lines["model_wrapping"] = wrappers[0].lineno
         _read_forward(reading, tree, wrappers)
     elif model_line is not None or optimizers:
-        by_hand = [c for c in _calls(tree, "all_reduce") if "grad" in ast.unparse(c)]
+        by_hand = [c for c in calls_in(tree, "all_reduce") if "grad" in ast.unparse(c)]
         reading.findings.append(
             Finding(
                 "model_wrapping",
@@ -108,7 +108,7 @@ def _read_forward(reading: Reading, tree: ast.Module, wrappers: list[ast.Call]) 
                 continue
             if raw.id == target.id:
                 continue
-            for _, loop in _training_loops(owner):
+            for _, loop in training_loops(owner):
                 for call in ast.walk(loop):
                     is_raw = isinstance(call, ast.Call) and (
                         (isinstance(call.func, ast.Name) and call.func.id == raw.id)

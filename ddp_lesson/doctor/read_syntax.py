@@ -3,7 +3,7 @@
 The name a call calls, the calls of some names under a node, a call's
 argument by keyword or position, the ``if __name__ == "__main__":`` block,
 the code that runs when the file is imported, simple assignments followed
-to their value (:class:`_Scope`), the loops that train, and the names the
+to their value (:class:`Scope`), the loops that train, and the names the
 DDP wrapper goes by. Nothing is imported or run: only :mod:`ast` is used.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 
-def _name(call: ast.Call) -> str:
+def called_name(call: ast.Call) -> str:
     """The called name: ``f`` for ``f(...)``, ``g`` for ``x.y.g(...)``."""
     func = call.func
     if isinstance(func, ast.Name):
@@ -22,12 +22,12 @@ def _name(call: ast.Call) -> str:
     return ""
 
 
-def _calls(node: ast.AST, *names: str) -> list[ast.Call]:
-    found = [n for n in ast.walk(node) if isinstance(n, ast.Call) and _name(n) in names]
+def calls_in(node: ast.AST, *names: str) -> list[ast.Call]:
+    found = [n for n in ast.walk(node) if isinstance(n, ast.Call) and called_name(n) in names]
     return sorted(found, key=lambda n: n.lineno)
 
 
-def _keyword(call: ast.Call, key: str, position: int | None = None) -> ast.expr | None:
+def keyword_arg(call: ast.Call, key: str, position: int | None = None) -> ast.expr | None:
     for keyword in call.keywords:
         if keyword.arg == key:
             return keyword.value
@@ -36,7 +36,7 @@ def _keyword(call: ast.Call, key: str, position: int | None = None) -> ast.expr 
     return None
 
 
-def _is_main_block(node: ast.stmt) -> bool:
+def is_main_block(node: ast.stmt) -> bool:
     if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
         return False
     sides = [node.test.left, *node.test.comparators]
@@ -45,10 +45,10 @@ def _is_main_block(node: ast.stmt) -> bool:
     )
 
 
-def _top_level(tree: ast.Module, skip_main: bool = True) -> list[ast.AST]:
+def top_level(tree: ast.Module, skip_main: bool = True) -> list[ast.AST]:
     """Every node that runs when the file is imported (not inside a def or a class body's defs)."""
     found: list[ast.AST] = []
-    pending: list[ast.AST] = [n for n in tree.body if not (skip_main and _is_main_block(n))]
+    pending: list[ast.AST] = [n for n in tree.body if not (skip_main and is_main_block(n))]
     while pending:
         node = pending.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
@@ -58,7 +58,7 @@ def _top_level(tree: ast.Module, skip_main: bool = True) -> list[ast.AST]:
     return found
 
 
-class _Scope:
+class Scope:
     """Simple assignments (``name = expr``) in one body, to follow a name to its value."""
 
     def __init__(self, *bodies: ast.AST):
@@ -86,27 +86,27 @@ class _Scope:
         return lines[-1] if lines else None
 
 
-def _training_loops(tree: ast.AST) -> list[tuple[ast.FunctionDef | None, ast.For]]:
+def training_loops(tree: ast.AST) -> list[tuple[ast.FunctionDef | None, ast.For]]:
     """(function, loop) for every for loop whose body trains (calls ``.backward()``).
 
     A loop whose body calls a method or function of the file that trains
     (``for x, y in loader: self._run_batch(x, y)``) trains too.
     """
     owners = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
-    trains = {o.name for o in owners if _calls(o, "backward")}
+    trains = {o.name for o in owners if calls_in(o, "backward")}
     for _ in range(3):  # callers of callers
-        trains |= {o.name for o in owners if _calls(o, *trains)}
+        trains |= {o.name for o in owners if calls_in(o, *trains)}
     found = []
     for owner in owners:
         for loop in ast.walk(owner):
-            if isinstance(loop, ast.For) and _calls(loop, "backward", *trains):
+            if isinstance(loop, ast.For) and calls_in(loop, "backward", *trains):
                 inner = [n for n in ast.walk(loop) if isinstance(n, ast.For) and n is not loop]
-                if not any(_calls(n, "backward", *trains) for n in inner):
+                if not any(calls_in(n, "backward", *trains) for n in inner):
                     found.append((owner, loop))
     return found
 
 
-def _ddp_aliases(tree: ast.Module) -> list[str]:
+def ddp_aliases(tree: ast.Module) -> list[str]:
     aliases = ["DDP", "DistributedDataParallel"]
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):

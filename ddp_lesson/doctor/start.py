@@ -93,7 +93,7 @@ def _route(fn: Callable, args: tuple) -> tuple[str, str]:
     """How the learner started processes (``mp.spawn``, ``elastic_launch``...), and what runs."""
     by = "start_processes"
     frame = sys._getframe(2)
-    while frame is not None and not probe._is_learner(frame.f_code.co_filename):
+    while frame is not None and not probe.is_learner(frame.f_code.co_filename):
         module = frame.f_globals.get("__name__", "")
         if module.startswith("torch.distributed.launcher"):
             by = "elastic_launch"

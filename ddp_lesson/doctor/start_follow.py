@@ -41,8 +41,8 @@ _followed_state: dict = {"pid": None, "started": 0, "inside_torch": 0}
 def follow() -> None:
     """In the script's own process: probe each process it starts with ``multiprocessing``."""
     _followed_state.update(pid=os.getpid(), started=0, inside_torch=0)
-    probe._wrap(BaseProcess, "start", _start)
-    probe._wrap(BaseProcess, "join", _join)
+    probe.wrap_for_good(BaseProcess, "start", _start)
+    probe.wrap_for_good(BaseProcess, "join", _join)
 
 
 class inside_torch_start:
@@ -148,7 +148,7 @@ def _join(original):
 
 def _waits_for(index: int) -> tuple[int, int, int | None] | None:
     """(world size, rank, line) of the group process ``index`` waits to join, if it waits."""
-    store = probe._store()
+    store = probe.recorded_store()
     key = joining_key(index)
     try:
         if not store.check([key]):

@@ -314,15 +314,15 @@ def test_ranks_that_end_before_the_stages_are_no_success(style, tmp_path):
 
 
 def test_map_location_naming_a_gpu_loads_onto_the_cpu_stand_in():
-    from ddp_lesson.doctor.probe import _cpu_location
+    from ddp_lesson.doctor.probe import cpu_location
 
-    assert _cpu_location("cuda:1") == "cpu"
-    assert _cpu_location(torch.device("cuda", 0)) == "cpu"
-    assert _cpu_location({"cuda:0": "cuda:1", "cpu": "cpu"}) == {"cuda:0": "cpu", "cpu": "cpu"}
-    assert _cpu_location({"cuda:0": torch.device("cuda:3")}) == {"cuda:0": "cpu"}
-    assert _cpu_location("cpu") == "cpu" and _cpu_location(None) is None
+    assert cpu_location("cuda:1") == "cpu"
+    assert cpu_location(torch.device("cuda", 0)) == "cpu"
+    assert cpu_location({"cuda:0": "cuda:1", "cpu": "cpu"}) == {"cuda:0": "cpu", "cpu": "cpu"}
+    assert cpu_location({"cuda:0": torch.device("cuda:3")}) == {"cuda:0": "cpu"}
+    assert cpu_location("cpu") == "cpu" and cpu_location(None) is None
     mapper = lambda storage, location: storage  # noqa: E731
-    assert _cpu_location(mapper) is mapper
+    assert cpu_location(mapper) is mapper
 
 
 ITERABLE = '''
