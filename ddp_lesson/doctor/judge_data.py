@@ -1,9 +1,13 @@
-"""What the run shows of dividing the data: the indices each rank iterated, compared.
+"""What the run shows of dividing the data: what each rank consumed, compared.
 
 From what each rank's ``DataLoader`` handed out, epoch by epoch: training
 shards that overlap, padding that an evaluation counts twice, items no
 rank saw, and epochs that repeat one order (``set_epoch`` never called,
 called with one value, or called too late), else what each rank iterated.
+For an ``IterableDataset``, the items its loader yielded: the same items
+on several ranks, or several times on one rank (loader workers that each
+stream the same records). And whether the ranks built the same data set
+for a ``DistributedSampler`` to divide.
 """
 
 from __future__ import annotations
@@ -88,6 +92,28 @@ def _repeated_order(mine, repeats, ranks, line) -> tuple[str, int | None]:
 
 
 def data_verdict(ranks, shown, fine) -> None:
+    """Note what the run showed about dividing the data: faults in ``shown``, else ``fine``."""
+    notes = _index_notes(ranks, shown) + _stream_notes(ranks, shown)
+    remarks = _compare_data_sets(ranks, shown)
+    if notes:
+        notes += remarks
+        fine["data_division"] = "; ".join(notes)
+
+
+def _overlap_text(first: list[dict], shared: set[int]) -> str:
+    """What the ranks' overlapping training shards were: the whole data set each, or a part."""
+    size, sampler = first[0]["size"], first[0]["sampler"]
+    if all(set(e["indices"]) >= set(range(size or 0)) for e in first):
+        return (
+            f"every rank iterated all {size} items of the training data "
+            f"(overlap between ranks {100 * len(shared) // max(size or 1, 1)}%, "
+            f"sampler: {sampler})"
+        )
+    return f"{len(shared)} training items went to more than one rank (sampler: {sampler})"
+
+
+def _index_notes(ranks, shown) -> list[str]:
+    """The indices each rank's map-style loaders iterated: faults noted, else what was fine."""
     epochs: dict[int, list[list[dict]]] = {}
     for at, r in enumerate(ranks):
         for entry in r.loaders:
@@ -104,16 +130,7 @@ def data_verdict(ranks, shown, fine) -> None:
         counts = [len(e["indices"]) for e in first]
         padded = sampler == "DistributedSampler" and 0 < len(shared) < len(per_rank)
         if trained and shared and not padded:
-            whole = all(set(e["indices"]) >= set(range(size or 0)) for e in first)
-            text = (
-                f"every rank iterated all {size} items of the training data "
-                f"(overlap between ranks {100 * len(shared) // max(size or 1, 1)}%, "
-                f"sampler: {sampler})"
-                if whole
-                else f"{len(shared)} training items went to more than one rank "
-                f"(sampler: {sampler})"
-            )
-            note_shown(shown, "data_division", text, line)
+            note_shown(shown, "data_division", _overlap_text(first, shared), line)
             continue
         if not trained and padded:
             extra = sum(counts) - (size or 0)
@@ -150,5 +167,152 @@ def data_verdict(ranks, shown, fine) -> None:
                     else f"; the same order in each of {len(mine)} epochs (shuffle=False)"
                 )
             notes.append(text)
-    if notes:
-        fine["data_division"] = "; ".join(notes)
+    return notes
+
+
+def _by_loader(ranks, key: str) -> dict[int, dict[int, list[dict]]]:
+    """Each process's entries under ``key`` by loader number, then by rank."""
+    groups: dict[int, dict[int, list[dict]]] = {}
+    for r in ranks:
+        for entry in getattr(r, key):
+            groups.setdefault(entry["loader"], {}).setdefault(r.rank, []).append(entry)
+    return groups
+
+
+def _split_fix(workers: int) -> str:
+    by_worker = (
+        " and of this loader worker (get_worker_info() gives its id and num_workers)"
+        if workers > 1
+        else ", and with num_workers > 0 only those of this loader worker too "
+        "(get_worker_info())"
+    )
+    return (
+        "; split the stream by rank and by loader worker: in __iter__, yield only the "
+        f"items of this rank (e.g. every world_size-th item, starting at the rank){by_worker}, "
+        "so that each item goes to one worker of one rank"
+    )
+
+
+def _repeated_text(rank: int, entry: dict, counts: Counter) -> str:
+    times, workers = max(counts.values()), entry["workers"]
+    each = "each of its items" if set(counts.values()) == {times} else "some items up to"
+    repeats = sum(n - 1 for n in counts.values())
+    return (
+        f"rank {rank} received {each} {times} times in one epoch ({repeats} of the "
+        f"{len(entry['items'])} items its loop received in {entry['batches']} batches were "
+        f"repeats): its DataLoader has {workers} loader workers, __iter__ runs in each of "
+        "them, and each streamed the same items" + _split_fix(workers)
+    )
+
+
+def _stream_notes(ranks, shown) -> list[str]:
+    """The items each rank's IterableDataset loaders yielded: faults noted, else what was fine."""
+    notes = []
+    for per_rank in _by_loader(ranks, "streams").values():
+        if not any(e["trained"] for entries in per_rank.values() for e in entries):
+            continue  # a look at a batch, or an evaluation: no training data
+        first = {
+            rank: next((e for e in entries if e["trained"]), entries[0])
+            for rank, entries in sorted(per_rank.items())
+        }
+        line = next(iter(first.values()))["line"]
+        before = len(shown)
+        for rank, entry in first.items():
+            counts = Counter(entry["items"])
+            repeats = sum(n - 1 for n in counts.values())
+            # repeats as many as the loader has workers: every worker streamed the same items
+            if entry["workers"] > 1 and max(counts.values(), default=1) <= entry["workers"] \
+                    and repeats and 4 * repeats >= len(entry["items"]):  # fmt: skip
+                note_shown(shown, "data_division", _repeated_text(rank, entry, counts), line)
+                break
+        held = Counter(i for entry in first.values() for i in set(entry["items"]))
+        shared = {i for i, n in held.items() if n > 1}
+        fewest = min(len(set(entry["items"])) for entry in first.values())
+        if len(first) > 1 and shared and 4 * len(shared) >= fewest:
+            holders = [rank for rank, entry in first.items() if shared & set(entry["items"])]
+            named = ", ".join(map(str, holders[:-1])) + f" and {holders[-1]}"
+            text = (
+                f"ranks {named} received the same {len(shared)} of the {fewest} items "
+                "each loop received in the batches recorded: the stream is not divided "
+                "among the ranks, so each trains on the same data"
+            )
+            workers = max(entry["workers"] for entry in first.values())
+            note_shown(shown, "data_division", text + _split_fix(workers), line)
+        if len(shown) == before and len(first) > 1 and fewest:
+            sizes = sorted({len(entry["items"]) for entry in first.values()})
+            recur = len(shared) + sum(len(e["items"]) - len(set(e["items"]))
+                                      for e in first.values())  # fmt: skip
+            notes.append(
+                f"each rank received its own {'/'.join(map(str, sizes))} items from the "
+                "IterableDataset's loader in the batches recorded, "
+                + (f"{recur} of them more than once (as the data may hold them)" if recur
+                   else "no item twice")
+            )  # fmt: skip
+    return notes
+
+
+def _difference(mine: dict, theirs: dict) -> str:
+    """How two ranks' data sets differ, as their fingerprints show; "" if they do not."""
+    if mine["size"] != theirs["size"]:
+        return f"have {mine['size']} and {theirs['size']} items"
+    for at in sorted(set(mine["items"]) & set(theirs["items"]), key=int):
+        if mine["items"][at] and theirs["items"][at] and mine["items"][at] != theirs["items"][at]:
+            return f"differ at item {at}"
+    return ""
+
+
+def _seeded_apart(mine, theirs, loader: int) -> tuple[str, int | None]:
+    """The first seed the two ranks gave differently before building ``loader``, and its
+    line; ("", None) if none."""
+    def before(r):
+        return [s for s in r.seeds if s["loaders"] < loader]
+
+    for a, b in zip(before(mine), before(theirs), strict=False):
+        if (a["call"], a["value"]) != (b["call"], b["value"]):
+            return (
+                f"; before building it rank {mine.rank} seeded {a['call']} with {a['value']} "
+                f"(line {a['line']}) and rank {theirs.rank} {b['call']} with {b['value']} "
+                f"(line {b['line']})",
+                a["line"],
+            )
+    return "", None
+
+
+def _compare_data_sets(ranks, shown) -> list[str]:
+    """Note a training loader whose DistributedSampler divides a different data set per rank.
+
+    A FAULT when the ranks seeded a random generator differently before
+    building it; data that differ from a generator no line seeded (PyTorch's
+    own examples make their toy data so) only add a remark to what was fine.
+    """
+    trained = {e["loader"] for r in ranks for e in r.loaders if e["trained"]}
+    records = {r.rank: r for r in ranks}
+    remarks = []
+    for loader, per_rank in _by_loader(ranks, "datasets").items():
+        built = {rank: entries[0] for rank, entries in sorted(per_rank.items())}
+        if loader not in trained or len(built) < 2:
+            continue
+        if any(e["sampler"] != "DistributedSampler" for e in built.values()):
+            continue  # without the sampler a rank may hold a shard of its own
+        (first, mine), *others = built.items()
+        for rank, theirs in others:
+            where = _difference(mine, theirs)
+            if not where:
+                continue
+            apart = f"rank {first}'s and rank {rank}'s data sets {where}"
+            seeded, line = _seeded_apart(records[first], records[rank], loader)
+            if not seeded:
+                remarks.append(
+                    f"{apart} (random data no line seeded): seed it the same on every rank "
+                    "if they are to divide one data set"
+                )
+                break
+            text = (
+                f"the ranks built different data sets ({apart.replace(' data sets', '')})"
+                f"{seeded}; every rank must build the same data set, and the "
+                "DistributedSampler then gives each its part: seed the data's generation the "
+                "same on every rank (one seed, not the rank), and any shuffle of it too"
+            )
+            note_shown(shown, "data_division", text, line)
+            break
+    return remarks

@@ -66,9 +66,6 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
-from torch.utils.data import DataLoader
-from torch.utils.data import dataloader as _dataloader
-from torch.utils.data.distributed import DistributedSampler
 
 from .. import reports
 from ..launch import pause_after_destroy
@@ -76,8 +73,11 @@ from . import sandbox
 from .probe_data import (  # noqa: F401  (every name of the parts stays importable from here)
     begin_epoch,
     dropped_indices,
+    install_data_recording,
     loader_init,
+    recorded_next,
     recorded_next_index,
+    recorded_seed,
     recorded_set_epoch,
     sampler_init,
 )
@@ -190,10 +190,7 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
             originals[name] = getattr(c10d, name)
             set_for_good((c10d, dist), name, recorded_collective(name))
     wrap_for_good(dist, "TCPStore", loopback_store)
-    wrap_for_good(DataLoader, "__init__", loader_init)
-    wrap_for_good(_dataloader._BaseDataLoaderIter, "_next_index", recorded_next_index)
-    wrap_for_good(DistributedSampler, "__init__", sampler_init)
-    wrap_for_good(DistributedSampler, "set_epoch", recorded_set_epoch)
+    install_data_recording()
     wrap_for_good(torch.autograd, "backward", recorded_backward)
     wrap_for_good(DistributedDataParallel, "__init__", ddp_init)
     wrap_for_good(DistributedDataParallel, "forward", ddp_forward)

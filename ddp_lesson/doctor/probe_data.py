@@ -1,21 +1,52 @@
 """What the probe records of a learner's data: DataLoader epochs and DistributedSampler calls.
 
-:func:`.probe.install` wraps ``DataLoader.__init__``, the DataLoader
-iterator's ``recorded_next_index``, and ``DistributedSampler.__init__`` and
-``set_epoch`` with the functions here. The first batch of each epoch of a
+:func:`install_data_recording` (called by :func:`.probe.install`) wraps
+``DataLoader.__init__``, the DataLoader iterator's ``_next_index`` and
+``__next__``, and ``DistributedSampler.__init__`` and ``set_epoch`` with the
+functions here. The first batch of each epoch of a
 loader records every index this rank would get in the epoch, with the
 loader's and the sampler's lines, the sampler's kind, replicas, shuffling
 and epoch, and how many indices ``drop_last`` dropped; then only the first
 ``Settings.batches`` batches go through, to keep the run short. Each
 ``set_epoch`` is recorded with its sampler and the learner's line.
+
+An ``IterableDataset`` has no indices: what its loader hands the training
+loop is recorded instead, a fingerprint per item of the first
+``Settings.batches`` batches (:func:`recorded_next`). Each map-style data
+set a loader is built on leaves a fingerprint of a few of its items
+(:func:`dataset_prints`), so the judge can tell whether every rank built
+the same data set; the seeds the learner's lines give the random
+generators (:func:`recorded_seed`) tell why they differ.
 """
 
 from __future__ import annotations
 
-from torch.utils.data import RandomSampler
-from torch.utils.data import dataloader as _dataloader
+import hashlib
+import random
+import sys
 
-from .probe_state import learner_line, process_state, save_record
+import torch
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import dataloader as _dataloader
+from torch.utils.data.distributed import DistributedSampler
+
+from .probe_state import learner_line, process_state, save_record, wrap_for_good
+
+
+def install_data_recording() -> None:
+    """Wrap the DataLoader, its iterators, DistributedSampler and the random generators'
+    seeds with the recorders here, for the rest of this process (:func:`.probe.install`)."""
+    iterators = _dataloader._BaseDataLoaderIter
+    wrap_for_good(DataLoader, "__init__", loader_init)
+    wrap_for_good(iterators, "_next_index", recorded_next_index)
+    wrap_for_good(iterators, "__next__", recorded_next)
+    wrap_for_good(DistributedSampler, "__init__", sampler_init)
+    wrap_for_good(DistributedSampler, "set_epoch", recorded_set_epoch)
+    wrap_for_good((torch, torch.random), "manual_seed", recorded_seed("torch.manual_seed"))
+    wrap_for_good(random, "seed", recorded_seed("random.seed"))
+    wrap_for_good(random.Random, "seed", recorded_seed("random.Random", method=True))
+    if "numpy" in sys.modules:  # its generator is seeded only if the script imports it
+        wrap_for_good(sys.modules["numpy"].random, "seed", recorded_seed("numpy.random.seed"))
 
 
 def loader_init(original):
@@ -27,8 +58,79 @@ def loader_init(original):
             self._index_sampler._doctor_loader = self
         except AttributeError:
             pass
+        record = process_state.get("record")
+        if record is not None and not isinstance(self.dataset, IterableDataset):
+            record.datasets.append({
+                "loader": self._doctor_number,
+                "line": self._doctor_line,
+                "sampler": type(getattr(self, "sampler", None)).__name__,
+                **dataset_prints(self.dataset),
+            })  # fmt: skip
 
     return init
+
+
+def tensors_in(value: object) -> list[torch.Tensor]:
+    """Every tensor in an item or a batch (tuples, lists and dicts opened), in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for part in value for t in tensors_in(part)]
+    return []
+
+
+def fingerprint(parts: list[object]) -> str:
+    """A short hash of the bytes of some tensors (other values by their repr)."""
+    digest = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        if isinstance(part, torch.Tensor):
+            flat = part.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"{flat.dtype}{tuple(part.shape)}".encode())
+            digest.update(flat.view(torch.uint8).numpy().tobytes())
+        else:
+            digest.update(repr(part).encode())
+    return digest.hexdigest()
+
+
+def item_prints(batch: object, collated: bool) -> list[str]:
+    """One fingerprint per item of a batch: the item's rows of every tensor in it."""
+    tensors = tensors_in(batch)
+    if not collated:
+        return [fingerprint(tensors or [batch])]
+    if not tensors or tensors[0].dim() == 0:
+        return []
+    rows = tensors[0].shape[0]
+    same = [t for t in tensors if t.dim() > 0 and t.shape[0] == rows]
+    return [fingerprint([t[i] for t in same]) for i in range(rows)]
+
+
+def dataset_prints(dataset: object) -> dict:
+    """``{"size", "items"}``: the data set's length and a fingerprint of a few of its items.
+
+    ``items`` maps a position (first, quarters, last) to its item's
+    fingerprint, or to None when two reads of it differ (random
+    augmentation): only what is stable can tell data sets apart. The random
+    generators are left as they were, so the learner's run is unchanged.
+    """
+    try:
+        size = len(dataset)
+    except (TypeError, NotImplementedError):
+        return {"size": None, "items": {}}
+    items: dict[str, str | None] = {}
+    state = random.getstate()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            for at in sorted({0, size // 4, size // 2, 3 * size // 4, size - 1} if size else ()):
+                first, again = (fingerprint(tensors_in(dataset[at]) or [dataset[at]])
+                                for _ in range(2))  # fmt: skip
+                items[str(at)] = first if first == again else None
+    except Exception:  # an item that cannot be read here: no fingerprint, no verdict
+        items = {}
+    finally:
+        random.setstate(state)
+    return {"size": size, "items": items}
 
 
 def recorded_next_index(original):
@@ -44,7 +146,8 @@ def begin_epoch(iterator) -> None:
     """Record the whole epoch's indices, then let only the first few batches through."""
     iterator._doctor_iter = iterator._sampler_iter
     if iterator._dataset_kind == _dataloader._DatasetKind.Iterable:
-        return  # an iterable data set has no indices to record
+        begin_stream(iterator)  # no indices to record: the items it yields are
+        return
     batches = list(iterator._sampler_iter)
     keep = process_state["settings"].batches
     iterator._sampler_iter = iter(batches[:keep])
@@ -77,6 +180,39 @@ def begin_epoch(iterator) -> None:
     save_record()
 
 
+def begin_stream(iterator) -> None:
+    """Start recording what an iterable data set's loader hands out in this epoch."""
+    record = process_state["record"]
+    if record is None:
+        return
+    loader = getattr(iterator._index_sampler, "_doctor_loader", None)
+    entry = {
+        "line": getattr(loader, "_doctor_line", None),
+        "loader": getattr(loader, "_doctor_number", 0),
+        "workers": iterator._num_workers,
+        "items": [],
+        "batches": 0,
+        "trained": False,
+    }
+    iterator._doctor_stream = entry
+    record.streams.append(entry)
+    process_state["epoch"] = entry
+    save_record()
+
+
+def recorded_next(original):
+    def next_batch(self):
+        batch = original(self)
+        entry = getattr(self, "_doctor_stream", None)
+        if entry is not None and entry["batches"] < process_state["settings"].batches:
+            entry["items"].extend(item_prints(batch, self._auto_collation))
+            entry["batches"] += 1
+            save_record()
+        return batch
+
+    return next_batch
+
+
 def dropped_indices(batches: object, taken: int) -> int:
     """Indices the sampler gave that no batch took (a DataLoader's ``drop_last=True``)."""
     sampler = getattr(batches, "sampler", None)
@@ -86,6 +222,29 @@ def dropped_indices(batches: object, taken: int) -> int:
         return max(0, len(sampler) - taken)
     except TypeError:
         return 0
+
+
+def recorded_seed(call: str, method: bool = False):
+    """Record each seed the learner's file gives ``call`` (``method``: its first argument is
+    the generator), with how many DataLoaders this process had built by then."""
+
+    def make(original):
+        def seed(*args, **kwargs):
+            given = args[1:] if method else args
+            value = given[0] if given else next(iter(kwargs.values()), None)
+            record, line = process_state["record"], learner_line()
+            # the first few are what built the data; a seed per step would flood the record
+            if record is not None and line is not None and len(record.seeds) < 32:
+                record.seeds.append({
+                    "call": call, "value": repr(value)[:40], "line": line,
+                    "loaders": process_state.get("loaders", 0),
+                })  # fmt: skip
+                save_record()
+            return original(*args, **kwargs)
+
+        return seed
+
+    return make
 
 
 def sampler_init(original):

@@ -3,7 +3,9 @@
 Follows each training loop back to the ``DataLoader`` it iterates and
 reads that loader's sampler: none at all (every rank iterates the whole
 data set), or a shuffling ``DistributedSampler`` in an epoch loop that
-never calls ``set_epoch``.
+never calls ``set_epoch``. A loader over an ``IterableDataset`` class of the
+file takes no sampler (its ``__iter__`` divides the data), so it gets no
+sampler hint.
 """
 
 from __future__ import annotations
@@ -48,6 +50,20 @@ def _shuffles(sampler: ast.expr | None) -> bool:
     return not (isinstance(shuffle, ast.Constant) and shuffle.value is False)
 
 
+def _iterable_dataset(loader: ast.Call, scope: Scope, tree: ast.AST) -> bool:
+    """True when the loader's data set is made by a class of the file based on IterableDataset."""
+    dataset = scope.resolve(keyword_arg(loader, "dataset", 0), loader.lineno)
+    if not isinstance(dataset, ast.Call):
+        return False
+    name = called_name(dataset)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            bases = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
+                     for b in node.bases]  # fmt: skip
+            return "IterableDataset" in bases
+    return False
+
+
 def read_data_part(reading: Reading, tree: ast.Module, functions) -> None:
     loaders = calls_in(tree, "DataLoader")
     if loaders:
@@ -60,6 +76,8 @@ def read_data_part(reading: Reading, tree: ast.Module, functions) -> None:
         sampler = keyword_arg(loader, "sampler")
         scope = Scope(owner)
         sampler = scope.resolve(sampler, loader.lineno)
+        if _iterable_dataset(loader, scope, tree):
+            return
         if sampler is None or (isinstance(sampler, ast.Constant) and sampler.value is None):
             reading.findings.append(
                 Finding(

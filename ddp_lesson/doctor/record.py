@@ -76,6 +76,17 @@ class ProcessRecord:
             ``sampler_id`` the sampler's ``id()`` in that process,
             ``replicas`` its ``num_replicas``, ``dropped`` the indices the
             loader's ``drop_last=True`` left out of every batch.
+        streams: ``{"line", "loader", "workers", "items", "batches",
+            "trained"}`` per epoch of a ``DataLoader`` over an
+            ``IterableDataset``: ``items`` a fingerprint of each item its
+            first ``batches`` batches handed out, ``workers`` its loader workers.
+        datasets: ``{"loader", "line", "sampler", "size", "items"}`` per
+            ``DataLoader`` over a map-style data set: its length, and
+            ``items`` a fingerprint per probed position (None: not stable).
+        seeds: ``{"call", "value", "line", "loaders"}`` per seed the learner's
+            file gave a random generator (``torch.manual_seed``,
+            ``random.seed``, ``random.Random(...)``, ``numpy.random.seed``):
+            ``value`` its repr, ``loaders`` the DataLoaders built before it.
         set_epochs: ``{"epoch", "line", "sampler_id"}`` per
             ``DistributedSampler.set_epoch`` call.
         ddp: ``{"line", "device_ids", "module_device", "asked", "error",
@@ -127,6 +138,9 @@ class ProcessRecord:
     set_device: list[dict] = field(default_factory=list)
     loaders: list[dict] = field(default_factory=list)
     set_epochs: list[dict] = field(default_factory=list)
+    streams: list[dict] = field(default_factory=list)
+    datasets: list[dict] = field(default_factory=list)
+    seeds: list[dict] = field(default_factory=list)
     ddp: list[dict] = field(default_factory=list)
     forwards: dict = field(default_factory=lambda: {"wrapped": 0, "raw": 0, "raw_line": None})
     steps: list[dict] = field(default_factory=list)

@@ -1,0 +1,85 @@
+"""The doctor judges dividing the data from what the ranks consumed and the data sets they hold.
+
+``scripts/styles/data_division/`` holds scripts whose data comes from an
+IterableDataset (split by rank and loader worker, by rank only, not at
+all) and scripts whose ranks build their data sets from per-rank or shared
+seeds, or none. A faulty one marks the line that owns its fault with
+``# planted: data_division``; a correct one says ``Planted fault: none``.
+The doctor must get each one right, and give a fix that fits the data:
+no sampler hint for an IterableDataset, the same data on every rank when
+the ranks built different data sets.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ddp_lesson import doctor
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts" / "styles" / "data_division"
+NAMES = sorted(p.stem for p in SCRIPTS.glob("*.py"))
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+#: What each script's data-division verdict must say, and must not say.
+SAYS = {
+    "stream_rank_only": (
+        ["rank 0 received each of its", "2 loader workers", "get_worker_info()"],
+        ["DistributedSampler"],
+    ),
+    "stream_split": (["each rank received", "no item twice"], []),
+    "stream_unsplit": (
+        ["ranks 0 and 1 received the same", "split the stream by rank"],
+        ["DistributedSampler("],
+    ),
+    "seeded_per_rank": (
+        ["the ranks built different data sets", "rank 0's and rank 1's differ at item 0",
+         "rank 0 seeded torch.manual_seed with 0", "rank 1 torch.manual_seed with 1",
+         "seed the data's generation the same on every rank"],
+        [],
+    ),
+    "seeded_same": (["each rank iterated its own 40 of 80 training items"], ["differ"]),
+    "shuffled_per_rank": (
+        ["the ranks built different data sets", "seeded random.Random with 0"], []
+    ),
+    # toy data from an unseeded generator (PyTorch's examples): remarked on, not a fault
+    "unseeded_random": (["its own 40 of 80", "data sets differ at item 0", "no line seeded"], []),
+}
+
+
+def planted(path: Path) -> int | None:
+    """The line marked ``# planted: data_division``; None for a correct script."""
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if re.search(r"# planted: data_division", line):
+            return number
+    assert "Planted fault: none" in path.read_text(), path.name
+    return None
+
+
+def test_every_script_has_what_its_verdict_must_say():
+    assert set(SAYS) == set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_doctor_judges_what_the_ranks_consumed(name):
+    line = planted(SCRIPTS / f"{name}.py")
+    result = doctor.diagnose(SCRIPTS / f"{name}.py", 2)
+    shown = str(result)
+    assert not result.problem, shown
+    data = result.stages["data_division"]
+    if line is None:
+        assert result.faults == [] and result.failure is None, shown
+        assert [s.status for s in result.stages.values()] == [doctor.OK] * 5, shown
+        assert result.exit_code == 0, shown
+    else:
+        assert result.faults == ["data_division"], shown
+        assert data.line == line, shown
+        assert result.exit_code == 1, shown
+    said, unsaid = SAYS[name]
+    for words in said:
+        assert words in data.evidence, shown
+    for words in unsaid:
+        assert words not in data.evidence, shown
