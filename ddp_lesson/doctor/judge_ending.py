@@ -125,8 +125,8 @@ def _ended_badly(outcome: Outcome) -> str:
 
 #: Why the run may pass a stage without showing it, by stage.
 UNSEEN = {
-    "data_division": "no DataLoader with indices to record was iterated (the data may come "
-                     "from an IterableDataset or from tensors made in the loop)",
+    "data_division": "no DataLoader was iterated (the data may come from tensors made "
+                     "in the loop, or from a generator of the script's own)",
 }
 
 
