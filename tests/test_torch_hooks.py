@@ -306,7 +306,9 @@ REPLACED = SNAPSHOT + textwrap.dedent(
         ours = sorted(f"{o}.{n}" for (o, n), value in snapshot().items()
                       if getattr(value, "__module__", "").startswith("ddp_lesson"))
         declared = set(torch_hooks.changes())
-        print(who, "UNDECLARED", [name for name in ours if name not in declared], flush=True)
+        line = f"{who} UNDECLARED {[name for name in ours if name not in declared]}"
+        sys.stdout.write(line + "\\n")  # one write, so that two ranks' lines never mix
+        sys.stdout.flush()
     """
 )
 
@@ -326,7 +328,10 @@ def test_every_change_a_diagnosed_process_sees_is_declared(route, tmp_path):
         def main(rank, world_size):
             dist.init_process_group("gloo", rank=rank, world_size=world_size)
             torch.save({"rank": rank}, f"saved-{rank}.pt")
-            report(f"rank {rank}")
+            for turn in range(world_size):  # one rank reports at a time
+                if turn == rank:
+                    report(f"rank {rank}")
+                dist.barrier()
             dist.destroy_process_group()
         """
     )
