@@ -73,6 +73,8 @@ class Channel:
         return {int(p.stem.split("_")[1]) for p in self.folder.glob("rank_*.pt")}
 
 
+#: Where this rank's reports go, set by connect(): a worker calls report() from
+#: anywhere in its code, and the rank is the one thing those calls share.
 _connected: Channel | None = None
 
 

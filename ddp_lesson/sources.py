@@ -209,8 +209,23 @@ def variant(source: str | os.PathLike, target: str | os.PathLike, change: str) -
     """
     old = Path(source).read_text()
     lines = old.splitlines()
-    # each group: the lines matched, the lines put in, whether the rest of the file goes too
-    hunks: list[tuple[list[tuple[str, str]], list[str], list[bool]]] = []
+    groups = _change_groups(change)
+    edits = [_placed(group, lines, source) for group in groups]
+    for start, length, replacement in sorted(edits, reverse=True):
+        lines[start : start + length] = replacement
+    new = "\n".join(lines) + "\n"
+    Path(target).write_text(new)
+    return diff_text(old, new, Path(source).name, Path(target).name, whole=True)
+
+
+#: One group of a change: the lines matched (each with its sign), the lines
+#: put in, and whether the rest of the file goes too (a list, set in place).
+_Group = tuple[list[tuple[str, str]], list[str], list[bool]]
+
+
+def _change_groups(change: str) -> list[_Group]:
+    """Read a :func:`variant` change into its groups, in the order they are written."""
+    hunks: list[_Group] = []
     apart = True  # the next '-' or ' ' line starts a group of its own
     for raw in change.strip("\n").splitlines():
         sign, text = raw[:1], raw[1:]
@@ -231,29 +246,30 @@ def variant(source: str | os.PathLike, target: str | os.PathLike, change: str) -
                 "each change line starts with '-', '+', a space or '@@', and '+' lines "
                 f"follow the lines they replace; got {raw!r}"
             )
-    edits = []
-    for matched, added, to_end in hunks:
-        wanted = [text.rstrip() for _, text in matched]
-        at = [
-            i
-            for i in range(len(lines) - len(wanted) + 1)
-            if [line.rstrip() for line in lines[i : i + len(wanted)]] == wanted
-        ]
-        if len(at) != 1:
-            where = "are not in" if not at else f"appear {len(at)} times in"
-            shown = " / ".join(t.strip() for t in wanted)
-            raise ValueError(
-                f"the lines {shown!r} {where} {source}: re-run the cell that writes it, or "
-                "give lines that appear once (add the lines around them)"
-            )
-        kept = [lines[at[0] + n] for n, (sign, _) in enumerate(matched) if sign == " "]
-        length = len(lines) - at[0] if to_end[0] else len(wanted)
-        edits.append((at[0], length, kept + added))
-    for start, length, replacement in sorted(edits, reverse=True):
-        lines[start : start + length] = replacement
-    new = "\n".join(lines) + "\n"
-    Path(target).write_text(new)
-    return diff_text(old, new, Path(source).name, Path(target).name, whole=True)
+    return hunks
+
+
+def _placed(
+    group: _Group, lines: list[str], source: str | os.PathLike
+) -> tuple[int, int, list[str]]:
+    """Find where one group goes in ``lines``: ``(first line, lines replaced, replacement)``."""
+    matched, added, to_end = group
+    wanted = [text.rstrip() for _, text in matched]
+    at = [
+        i
+        for i in range(len(lines) - len(wanted) + 1)
+        if [line.rstrip() for line in lines[i : i + len(wanted)]] == wanted
+    ]
+    if len(at) != 1:
+        where = "are not in" if not at else f"appear {len(at)} times in"
+        shown = " / ".join(t.strip() for t in wanted)
+        raise ValueError(
+            f"the lines {shown!r} {where} {source}: re-run the cell that writes it, or "
+            "give lines that appear once (add the lines around them)"
+        )
+    kept = [lines[at[0] + n] for n, (sign, _) in enumerate(matched) if sign == " "]
+    length = len(lines) - at[0] if to_end[0] else len(wanted)
+    return at[0], length, kept + added
 
 
 def load(path: str | os.PathLike, name: str = "learner_worker") -> ModuleType:

@@ -46,6 +46,7 @@ def test_right_answers_pass(name):
         ("stop_every_flag_needed", "every rank would never stop"),
         ("stop_collective_when_up", "left the group"),
         ("stop_typed_in", "every rank would stop at step 0"),  # right in case 1 only
+        ("stop_exactly_one_vote", "every rank would never stop"),  # two flags at once
     ],
 )
 def test_wrong_answers_fail_with_what_the_run_showed(name, fragment):

@@ -524,6 +524,7 @@ def test_check_ddp_script_spots_the_exercise_stubs(tmp_path):
         ("launchers_global_device.py", CONNECTING, "the device follows the local rank"),
         ("launchers_main_forgets_local.py", STARTING, "KeyError: 'LOCAL_RANK'"),
         ("launchers_local_as_rank.py", CONNECTING, "global rank"),
+        ("launchers_fixed_port.py", STARTING, "not at the port main was given"),
     ],
 )
 @pytest.mark.usefixtures("short_deadline")

@@ -51,7 +51,9 @@ def test_a_node_joins_and_is_lost_while_the_job_resumes(job, tmp_path, listening
     changes = [n for i, n in enumerate(sizes) if i == 0 or n != sizes[i - 1]]
     assert changes == [1, 2, 1], run.printed
     assert sizes[:2] == [1, 1], said  # the second node waited for two epochs
-    assert run.restarts[0] == 2, run.log("restart")
+    # a join and a loss: two restarts (a busy machine can make torchrun repeat one)
+    assert run.restarts[0] >= 2, run.log("restart")
+    assert run.log("new nodes") and run.log("FAILED"), run.log("restart")
     assert run.reports == [{"rank": 0, "world_size": 1}], run.reports
     assert listening and listening <= {"127.0.0.1"}, listening
 

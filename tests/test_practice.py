@@ -142,6 +142,7 @@ def test_check_accumulate_of_a_stub_or_missing_file_is_not_attempted(tmp_path):
         ("practice_seeds_sampler_per_rank.py", "the same seed on every rank"),
         ("practice_seeds_same_generator.py", "ranks drew the same noise"),
         ("practice_seeds_from_clock.py", "cannot be reproduced"),
+        ("practice_seeds_fixed_order.py", "another seed, another order"),
     ],
 )
 def test_check_seeds_fails_wrong_answers(answer, fragment):

@@ -156,3 +156,88 @@ def test_architecture_names_only_files_that_exist():
         if not template and name not in written and not any(p.exists() for p in places):
             missing.append(name)
     assert missing == [], f"ARCHITECTURE.md names files that do not exist: {missing}"
+
+
+#: The most lines one function may have (from ``def`` to its last line).
+FUNCTION_LINES_MAX = 60
+
+#: Functions allowed past FUNCTION_LINES_MAX, each with its reason (none today).
+LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def test_no_function_passes_60_lines():
+    long = {}
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                name = f"{path.relative_to(ROOT)}:{node.name}"
+                if lines > FUNCTION_LINES_MAX and name not in LONG_FUNCTIONS:
+                    long[name] = lines
+    assert long == {}, f"split these into named steps (at most {FUNCTION_LINES_MAX}): {long}"
+
+
+#: Calls whose result is state that can change (a container, a lock, per-thread data).
+MUTABLE_CALLS = {
+    "dict", "list", "set", "Counter", "defaultdict", "OrderedDict", "deque", "local", "Lock",
+    "RLock", "Event", "WeakKeyDictionary", "WeakValueDictionary",
+}  # fmt: skip
+
+#: Modules run inside a lesson's ranks that gather what the rank saw for its report.
+RANK_MEASURES = PACKAGE / "measures"
+
+
+def module_state(path: Path) -> list[tuple[str, int]]:
+    """The module-level variables of ``path`` that hold changing state: ``(name, line)``.
+
+    A name assigned a mutable container, lock or per-thread object at the top
+    level, or rebound through ``global`` in a function; constants (UPPER_CASE)
+    and ``__all__`` are not state.
+    """
+    tree = ast.parse(path.read_text())
+    rebound = {name for node in ast.walk(tree) if isinstance(node, ast.Global)
+               for name in node.names}  # fmt: skip
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        func = value.func if isinstance(value, ast.Call) else None
+        called = getattr(func, "id", None) or getattr(func, "attr", None)
+        containers = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+        for target in targets:
+            name = getattr(target, "id", "")
+            if not name or name.isupper() or name == "__all__":
+                continue
+            if isinstance(value, containers) or called in MUTABLE_CALLS or name in rebound:
+                found.append((name, node.lineno))
+    return found
+
+
+def reason_above(lines: list[str], line: int) -> bool:
+    """Whether a comment sits above ``line`` (1-based) or above the assignments just before it."""
+    index = line - 2
+    while index >= 0 and re.match(r"^[A-Za-z_]\w*(\s*:[^=]+)?\s*=", lines[index]):
+        index -= 1  # a group of state that one comment explains
+    return index >= 0 and lines[index].startswith("#")
+
+
+def test_module_state_says_why_and_is_listed():
+    """Each variable a module keeps across calls has a comment saying why, and is listed."""
+    listed = (ROOT / "ARCHITECTURE.md").read_text()
+    silent, unlisted = [], []
+    for path in modules():
+        if RANK_MEASURES in path.parents:
+            continue  # (ARCHITECTURE.md says why for the whole folder)
+        lines = path.read_text().splitlines()
+        for name, line in module_state(path):
+            where = f"{path.relative_to(ROOT)}:{line} {name}"
+            if not reason_above(lines, line):
+                silent.append(where)
+            if f"`{name}`" not in listed:
+                unlisted.append(where)
+    assert silent == [], f"say why each keeps state, in a comment above it: {silent}"
+    assert unlisted == [], f"list these in ARCHITECTURE.md's 'State' section: {unlisted}"

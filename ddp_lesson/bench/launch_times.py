@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shutil
+import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -101,50 +106,70 @@ def stage_launches(
         Rows with ``stage``, ``median``, ``min``, ``max`` (seconds).
     """
     import importlib
-    import shutil
-    import sys
-    import tempfile
-    from pathlib import Path
 
-    import torch.multiprocessing as mp
-
-    from .. import launch, sources
     from ..devices import plan
 
     if repeats is None:
         repeats = 1 if quick() else 5
     whole_number("repeats", repeats, minimum=1)
     world_size = plan().world_size
+    folder = _stage_workers(stages)
+    rows = []
+    with _importing_workers_from(folder):
+        for n, stage in enumerate(stages):
+            worker = importlib.import_module(f"workers.stage_{stage}")
+            seconds = _launch_cell_seconds(worker, n, world_size, repeats, warm, timeout_s)
+            rows.append({"stage": stage, **summarise(seconds)})
+    return rows
+
+
+def _stage_workers(stages: Sequence[str]) -> Path:
+    """Write each stage's worker into ``workers/`` of a new temporary folder; return the folder."""
+    from .. import sources
+
     folder = Path(tempfile.mkdtemp(prefix="ddp-lesson-stages-"))
     (folder / "workers").mkdir()
     (folder / "workers" / "__init__.py").write_text("")
     for stage in stages:
         (folder / "workers" / f"stage_{stage}.py").write_text(sources.worker_source(stage))
+    return folder
+
+
+@contextlib.contextmanager
+def _importing_workers_from(folder: Path) -> Iterator[None]:
+    """Make ``workers`` import from ``folder`` inside the block, then remove the folder."""
     # a `workers` package imported before (the notebook's own folder, say) would
     # shadow this folder's: set it aside while measuring, and put it back after
     aside = {m: sys.modules.pop(m) for m in list(sys.modules) if m.split(".")[0] == "workers"}
     sys.path.insert(0, str(folder))
-    rows = []
     try:
-        for n, stage in enumerate(stages):
-            worker = importlib.import_module(f"workers.stage_{stage}")
-            seconds = []
-            for attempt in range(repeats + (n == 0 and warm)):
-                started = time.perf_counter()
-                # (what the ranks print is the lesson's, not the measurement's)
-                with contextlib.redirect_stdout(io.StringIO()):
-                    with launch.bounded(world_size, timeout_s=timeout_s, warm=warm) as run:
-                        mp.spawn(worker.main, args=(world_size, run.port), nprocs=world_size)
-                if not (n == 0 and warm and attempt == 0):  # that one started the server
-                    seconds.append(time.perf_counter() - started)
-            rows.append({"stage": stage, **summarise(seconds)})
+        yield
     finally:
         sys.path.remove(str(folder))
         for name in [m for m in sys.modules if m.split(".")[0] == "workers"]:
             del sys.modules[name]
         sys.modules.update(aside)
         shutil.rmtree(folder, ignore_errors=True)
-    return rows
+
+
+def _launch_cell_seconds(
+    worker: ModuleType, n: int, world_size: int, repeats: int, warm: bool, timeout_s: float
+) -> list[float]:
+    """Time ``repeats`` launches of the ``n``-th stage's worker as its notebook's cell runs them."""
+    import torch.multiprocessing as mp
+
+    from .. import launch
+
+    seconds = []
+    for attempt in range(repeats + (n == 0 and warm)):
+        started = time.perf_counter()
+        # (what the ranks print is the lesson's, not the measurement's)
+        with contextlib.redirect_stdout(io.StringIO()):
+            with launch.bounded(world_size, timeout_s=timeout_s, warm=warm) as run:
+                mp.spawn(worker.main, args=(world_size, run.port), nprocs=world_size)
+        if not (n == 0 and warm and attempt == 0):  # that one started the server
+            seconds.append(time.perf_counter() - started)
+    return seconds
 
 
 #: What ``first_launch``'s script prints before the seconds its launch took.
@@ -174,9 +199,6 @@ def first_launch(
     Raises:
         LaunchError, LaunchTimeout: as :func:`ddp_lesson.launch.run_script`.
     """
-    import tempfile
-    from pathlib import Path
-
     from .. import launch, sources
 
     if repeats is None:

@@ -147,6 +147,15 @@ def training(
         ``batch``, ``samples_per_s`` (median), ``min``, ``max``,
         ``step_ms`` (median) and ``windows`` (how many were timed).
     """
+    _check_training(setups, trials, repeats, windows, window_s)
+    rates, step_s, threads = _timed_windows(setups, trials, repeats, windows, window_s, timeout_s)
+    return _training_rows(setups, trials, rates, step_s, threads)
+
+
+def _check_training(
+    setups: Sequence[Setup], trials: Sequence[Trial], repeats: int, windows: int, window_s: float
+) -> None:
+    """Refuse, with what to change, arguments that :func:`training` could not run."""
     whole_number("repeats", repeats, minimum=1)
     whole_number("windows", windows, minimum=1)
     if not isinstance(window_s, (int, float)) or isinstance(window_s, bool) or window_s <= 0:
@@ -163,6 +172,22 @@ def training(
                     f"batch {trial.batch} does not split evenly over {setup.world_size} ranks "
                     f"({setup.label}); pick a batch that is a multiple of the world size"
                 )
+
+
+def _timed_windows(
+    setups: Sequence[Setup],
+    trials: Sequence[Trial],
+    repeats: int,
+    windows: int,
+    window_s: float,
+    timeout_s: float,
+) -> tuple[dict, dict, dict]:
+    """Launch every setup in turn, ``repeats`` times, and collect each window's rate and step time.
+
+    Returns:
+        ``rates`` and ``step_s`` (lists keyed by setup and trial index, one
+        entry per window) and ``threads`` (torch threads per rank, by setup).
+    """
     rates: dict[tuple[int, int], list[float]] = {}
     step_s: dict[tuple[int, int], list[float]] = {}
     threads: dict[int, int] = {}
@@ -179,6 +204,13 @@ def training(
                     done = setup.trial(trial).batch * steps  # examples in the window
                     rates.setdefault((s, t), []).append(done / slowest)
                     step_s.setdefault((s, t), []).append(slowest / steps)
+    return rates, step_s, threads
+
+
+def _training_rows(
+    setups: Sequence[Setup], trials: Sequence[Trial], rates: dict, step_s: dict, threads: dict
+) -> list[dict]:
+    """Summarise the windows of every setup with every trial into :func:`training`'s rows."""
     rows = []
     for s, setup in enumerate(setups):
         for t, trial in enumerate(trials):
@@ -250,19 +282,22 @@ def scaling(
         setups, [Trial(b) for b in batches], repeats=int(how["repeats"]),
         windows=int(how["windows"]), window_s=how["window_s"], timeout_s=timeout_s,
     )  # fmt: skip
-    out = []
-    for batch in batches:
-        mine = {r["setup"]: r for r in rows if r["batch"] == batch}
-        one, many, alone = (mine[s.label] for s in setups)
-        row = {"batch": batch, "world_size": world, "threads": many["threads"]}
-        for key, found in (("world1", one), ("worldN", many), ("alone", alone)):
-            row.update({key: found["samples_per_s"], f"{key}_min": found["min"],
-                        f"{key}_max": found["max"]})  # fmt: skip
-        row["speedup"] = many["samples_per_s"] / one["samples_per_s"]
-        row["ddp_efficiency"] = many["samples_per_s"] / (world * alone["samples_per_s"])
-        row["ceiling"] = world * alone["samples_per_s"] / one["samples_per_s"]
-        out.append(row)
-    return out
+    return [_scaling_row(batch, rows, setups, world) for batch in batches]
+
+
+def _scaling_row(batch: int, rows: Sequence[dict], setups: Sequence[Setup], world: int) -> dict:
+    """Compare the three setups of :func:`scaling` at one global batch: one row of its table."""
+    mine = {r["setup"]: r for r in rows if r["batch"] == batch}
+    one, many, alone = (mine[s.label] for s in setups)
+    row = {"batch": batch, "world_size": world, "threads": many["threads"]}
+    for key, found in (("world1", one), ("worldN", many), ("alone", alone)):
+        row.update(
+            {key: found["samples_per_s"], f"{key}_min": found["min"], f"{key}_max": found["max"]}
+        )
+    row["speedup"] = many["samples_per_s"] / one["samples_per_s"]
+    row["ddp_efficiency"] = many["samples_per_s"] / (world * alone["samples_per_s"])
+    row["ceiling"] = world * alone["samples_per_s"] / one["samples_per_s"]
+    return row
 
 
 def allreduce(

@@ -20,10 +20,14 @@ import ast
 import os
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..validate import between
-from .read import TORCHRUN, WORKER, read
+from .read import TORCHRUN, WORKER, Reading, read
 from .verdict import Diagnosis
+
+if TYPE_CHECKING:
+    from .record import Outcome
 
 #: Default deadline for the whole run, in seconds.
 TIMEOUT_S = 60
@@ -148,23 +152,55 @@ def diagnose(
     if reading.problem:
         return Diagnosis(str(path), problem=reading.problem)
     world_size, _ = check_options(world_size, timeout_s)  # (torch, for the machine's limit)
-    from .judge import import_problem, nothing_checked, verdict
-    from .run import Outcome, describe, run_probed
-
     if reading.unstartable:  # judged from its code alone: nothing to start, no torch
-        outcome = Outcome(launch=describe(reading, 0, args), timeout_s=timeout_s)
-        return verdict(
-            reading, outcome, 0,
-            not_run="the file cannot be started as written, so it was not run",
-        )  # fmt: skip
+        return _judge_unstartable(reading, timeout_s, args)
+    return _run_and_judge(reading, str(path), world_size, timeout_s, args)
+
+
+def _judge_unstartable(reading: Reading, timeout_s: float, args: Sequence) -> Diagnosis:
+    """Judge a file that cannot be started as written from its code alone, without running it."""
+    from .judge import verdict
+    from .record import Outcome
+    from .run import describe
+
+    outcome = Outcome(launch=describe(reading, 0, args), timeout_s=timeout_s)
+    return verdict(
+        reading,
+        outcome,
+        0,
+        not_run="the file cannot be started as written, so it was not run",
+    )
+
+
+def _run_and_judge(
+    reading: Reading, path: str, world_size: int | None, timeout_s: float, args: Sequence
+) -> Diagnosis:
+    """Run the file in the planned number of processes, then judge each stage from the run."""
     from .. import devices  # torch is imported only once the file is worth running
+    from .judge import import_problem, nothing_checked, verdict
 
     try:
         world_size = devices.plan(world_size).world_size
     except (TypeError, ValueError) as error:
-        return Diagnosis(str(path), problem=str(error).replace("world_size", "--world-size", 1))
+        return Diagnosis(path, problem=str(error).replace("world_size", "--world-size", 1))
     if reading.mode == WORKER:
         args = tuple(_literal(a) for a in args)
+    outcome = _run_as_written(reading, world_size, timeout_s, args)
+    problem = import_problem(reading, outcome)
+    if problem:
+        return Diagnosis(path, problem=problem, ranks=outcome.ranks, output=outcome.output)
+    diagnosis = verdict(reading, outcome, world_size)
+    diagnosis.output = outcome.output
+    problem = nothing_checked(diagnosis, outcome, reading)
+    if problem:
+        diagnosis.problem = problem
+    return diagnosis
+
+
+def _run_as_written(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> Outcome:
+    """Run the file as read; run it again under torchrun if, as Python, it asked for torchrun."""
+    from .run import run_probed
+
     started = time.monotonic()
     outcome = run_probed(reading, world_size, timeout_s, args)
     wanted = outcome.script.torchrun if outcome.script is not None else None
@@ -173,12 +209,4 @@ def diagnose(
         left = max(TIMEOUT_RANGE_S[0], timeout_s - (time.monotonic() - started))
         outcome = run_probed(reading, world_size, left, args)
         outcome.timeout_s = timeout_s
-    problem = import_problem(reading, outcome)
-    if problem:
-        return Diagnosis(str(path), problem=problem, ranks=outcome.ranks, output=outcome.output)
-    diagnosis = verdict(reading, outcome, world_size)
-    diagnosis.output = outcome.output
-    problem = nothing_checked(diagnosis, outcome, reading)
-    if problem:
-        diagnosis.problem = problem
-    return diagnosis
+    return outcome

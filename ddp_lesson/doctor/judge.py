@@ -31,7 +31,7 @@ from .judge_model import model_verdict, unused_parameters
 from .judge_notes import add_notes
 from .judge_processes import judge_group, judge_spawning, judge_teardown
 from .read import TORCHRUN, Reading
-from .run import Outcome
+from .record import Outcome
 from .verdict import FAULT, NOT_CHECKED, OK, Diagnosis, StageVerdict, title
 
 
@@ -79,15 +79,21 @@ def verdict(
     """
     ranks = outcome.ranks
     diagnosis = Diagnosis(str(reading.path), ranks=ranks, launch=outcome.launch)
+    crashed = crashes(outcome)
+    crash = crash_finding(reading, crashed, unused_parameters(ranks), ranks)
+    diagnosis.failure = crash.failure
     shown = stop_reasons(outcome)
     fine: dict[str, str] = {}
-    crashed = crashes(outcome)
-    diagnosis.failure = crash_finding(reading, crashed, unused_parameters(ranks), shown, ranks)
-    judge_spawning(reading, outcome, shown, fine)
-    judge_group(ranks, fine)
-    data_verdict(ranks, shown, fine)
-    model_verdict(ranks, shown, fine, crashed, stand_in=outcome.stand_in)
-    judge_teardown(reading, outcome, shown, fine)
+    for judged in (
+        crash,
+        judge_spawning(reading, outcome),
+        judge_group(ranks),
+        data_verdict(ranks),
+        model_verdict(ranks, crashed, stand_in=outcome.stand_in),
+        judge_teardown(reading, outcome),
+    ):
+        shown.extend(judged.shown)
+        fine.update(judged.fine)
     stopped = not_run or why_not_run(outcome, reading)
     for key in KEYS:
         diagnosis.stages[key] = _stage_verdict(

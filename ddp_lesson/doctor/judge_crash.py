@@ -8,10 +8,9 @@ makes findings of what the doctor stopped a rank for.
 
 from __future__ import annotations
 
-from .judge_evidence import Shown, error_text, note_shown, quote, ranks_text
+from .judge_evidence import Judged, Shown, error_text, quote, ranks_text
 from .read import Finding, Reading
-from .record import ProcessRecord
-from .run import Outcome
+from .record import Outcome, ProcessRecord
 from .verdict import FAULT, StageVerdict
 
 
@@ -80,42 +79,42 @@ def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVe
 
 
 def crash_finding(
-    reading: Reading, crashed, unused: list[str], shown, ranks: list[ProcessRecord] = ()
-) -> StageVerdict | None:
-    """The crash as a stage's finding, or as a failure outside the stages (returned)."""
+    reading: Reading, crashed, unused: list[str], ranks: list[ProcessRecord] = ()
+) -> Judged:
+    """The crash as a stage's finding (``shown``), or as a failure outside the stages."""
     if not crashed:
-        return None
+        return Judged()
     error = crashed[0][1]
     who = sorted(r.rank for r, _ in crashed)
     process = "the script" if crashed[0][0].script else ranks_text(who)
     if error.get("call"):
-        note_shown(shown, "spawning", error["message"])
-        return None
+        return Judged((Shown(Finding("spawning", error["message"], None)),))
     elsewhere = _elsewhere(reading, crashed, list(ranks))
     if elsewhere is not None:
         stage = reading.owners.get(elsewhere.line) if elsewhere.line else None
         if stage is None:
-            return elsewhere  # no stage is to blame for where the other rank was
+            return Judged(failure=elsewhere)  # no stage is to blame for where the other was
         said = elsewhere.evidence.removeprefix("run: ")
-        note_shown(shown, stage, said, elsewhere.line, exact=True)
-        return None
+        return Judged((Shown(Finding(stage, said, elsewhere.line), exact=True),))
     line = error["line"]
     stage = error.get("stage") or reading.owners.get(line)
     if stage == "model_wrapping" and unused:
-        return None  # the unused parameters explain it (see _judge_model)
+        return Judged()  # the unused parameters explain it (see judge_model)
     said = error_text(error)
     evidence = f"{process} raised {said}{quote(reading, line)}"
     if stage is None:
-        return StageVerdict(
+        return Judged(failure=StageVerdict(
             FAULT,
             f"run: {evidence}, in code that belongs to none of the five stages; the run "
             "ended there",
             line,
-            [f"run: {evidence}", "the code that raised belongs to none of the five stages, "
-             "and the run ended there"],
-        )  # fmt: skip
-    note_shown(shown, stage, evidence, line, exact=True)
-    return None
+            [
+                f"run: {evidence}",
+                "the code that raised belongs to none of the five stages, and the run ended "
+                "there",
+            ],
+        ))
+    return Judged((Shown(Finding(stage, evidence, line), exact=True),))
 
 
 def stop_reasons(outcome: Outcome) -> list[Shown]:

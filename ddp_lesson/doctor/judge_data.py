@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .judge_evidence import note_shown
+from .judge_evidence import Judged, Shown, note_shown
 
 
 def _overlap(orders: list[list[int]]) -> set[int]:
@@ -91,13 +91,15 @@ def _repeated_order(mine, repeats, ranks, line) -> tuple[str, int | None]:
     )
 
 
-def data_verdict(ranks, shown, fine) -> None:
-    """Note what the run showed about dividing the data: faults in ``shown``, else ``fine``."""
+def data_verdict(ranks) -> Judged:
+    """What the run showed about dividing the data: its faults, else what each rank got."""
+    shown: list[Shown] = []  # (the helpers below add what they find)
     notes = _index_notes(ranks, shown) + _stream_notes(ranks, shown)
     remarks = _compare_data_sets(ranks, shown)
     if notes:
         notes += remarks
-        fine["data_division"] = "; ".join(notes)
+        return Judged.of(shown, {"data_division": "; ".join(notes)})
+    return Judged.of(shown)
 
 
 def _overlap_text(first: list[dict], shared: set[int]) -> str:

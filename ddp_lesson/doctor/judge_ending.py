@@ -13,7 +13,7 @@ from __future__ import annotations
 from .judge_crash import crashes
 from .judge_evidence import ranks_text
 from .read import TORCHRUN, Reading
-from .run import Outcome
+from .record import Outcome
 from .verdict import FAULT, NOT_CHECKED, OK, Diagnosis, StageVerdict, title
 
 

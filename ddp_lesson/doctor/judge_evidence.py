@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .read import Finding, Reading
+from .verdict import StageVerdict
 
 
 @dataclass
@@ -19,6 +20,26 @@ class Shown:
 
     finding: Finding
     exact: bool = False  # the line a rank raised at: it beats the code's guess
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What one judge found: what the run showed wrong, and the stages it showed working.
+
+    Attributes:
+        shown: the faults the run showed, each a :class:`Shown`.
+        fine: ``(stage, text)`` per stage the run showed working.
+        failure: a failure outside the stages (a crash no stage owns).
+    """
+
+    shown: tuple[Shown, ...] = ()
+    fine: tuple[tuple[str, str], ...] = ()
+    failure: StageVerdict | None = None
+
+    @classmethod
+    def of(cls, shown=(), fine=None, failure: StageVerdict | None = None) -> Judged:
+        """A verdict from the list and dict a judge gathered while it looked."""
+        return cls(tuple(shown), tuple((fine or {}).items()), failure)
 
 
 def note_shown(shown: list[Shown], stage: str, text: str, line: int | None = None,

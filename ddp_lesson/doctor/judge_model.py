@@ -3,13 +3,16 @@
 From what each rank recorded: every rank on one GPU, ``device_ids`` that
 do not follow the rank, DDP refusing the model, parameters that got no
 gradient, and parameters that differ across the ranks after training,
-with why (weights apart from the start, forward passes around DDP, tensors
-the optimiser trains outside the module DDP wraps); else how DDP wrapped it.
+with why (what parted them, as :mod:`.judge_divergence` reads it from the
+ranks' timelines; weights apart from the start, forward passes around DDP,
+tensors the optimiser trains outside the module DDP wraps); else how DDP
+wrapped it.
 """
 
 from __future__ import annotations
 
-from .judge_evidence import Shown, error_text, note_shown
+from .judge_divergence import parting_cause
+from .judge_evidence import Judged, Shown, error_text, note_shown
 from .read import Finding
 from .record import ProcessRecord
 
@@ -96,28 +99,22 @@ def _start_gap(ranks: list[ProcessRecord]) -> float | None:
     return (max(firsts) - min(firsts)) / max(1.0, max(abs(s) for s in firsts))
 
 
-def model_verdict(ranks, shown, fine, crashed, stand_in: bool = False) -> None:
+def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     """The model's verdict; with ``stand_in``, the GPUs the ranks asked for were the CPU."""
+    shown: list[Shown] = []
 
     def add(text, line=None, exact=False):
         note_shown(shown, "model_wrapping", text, line, exact)
 
-    placed = [(r, device_of(r)) for r in ranks]
-    gpus = [d for _, d in placed if d]
-    if len(ranks) > 1 and len(gpus) == len(ranks) and len(set(gpus)) == 1:
-        line = next(p["line"] for p in ranks[0].placements if p["asked"] != "cpu")
-        put = f"asked for {gpus[0]} for its model" if stand_in else f"put its model on {gpus[0]}"
-        add(
-            f"every rank {put}: one GPU does all the work while the others idle (or run "
-            "out of memory); use model.to(rank)",
-            line,
-        )
+    one_gpu = _one_gpu(ranks, stand_in)
+    if one_gpu:
+        add(*one_gpu)
     wrapped = [r for r in ranks if r.ddp]
     for r in wrapped:
         if r.ddp[0]["error"]:
             if not crashed:  # else the crash says it, with its line
                 add(f"DDP refused: {r.ddp[0]['error']}", r.ddp[0]["line"], exact=True)
-            return
+            return Judged.of(shown)
     ids = [tuple(r.ddp[0]["device_ids"] or ()) for r in wrapped]
     if len(wrapped) > 1 and all(ids) and len(set(ids)) == 1:
         add(
@@ -131,43 +128,72 @@ def model_verdict(ranks, shown, fine, crashed, stand_in: bool = False) -> None:
         finding.line = next(e["line"] for r in ranks for e in r.ddp if e.get("unused"))
         shown.append(Shown(finding))
     compared = None if unused else _parameter_gap(ranks)  # unused: no step completed
-    raw = [r.forwards for r in ranks if r.forwards["raw"]]
     if compared is not None and compared[1] > TOLERANCE:
-        steps, gap, start = compared
-        text = f"after {steps} training step(s) the ranks' parameters differ (by up to {gap:.3g})"
-        if not wrapped and start is not None and start > TOLERANCE:
-            text += (
-                "; they differed before the first update already: each rank started from "
-                "weights of its own, and nothing copied rank 0's to the others"
-            )
-        if raw:
-            text += (
-                f"; {raw[0]['raw']} training forward pass(es) called the wrapped module "
-                "directly, not through DDP"
-            )
-        apart = _outside_apart(ranks) if wrapped else []
-        if apart:
-            shapes = ", ".join("x".join(map(str, o["shape"])) or "scalar" for o in apart)
-            text += (
-                f"; the ones that differ are outside the module DDP wraps: {len(apart)} "
-                f"tensor(s) the optimiser trains (shapes {shapes}) that DDP never averages. "
-                "Wrap the whole model, every part the optimiser trains, in one DDP(...)"
-            )
-        add(text, (raw[0]["raw_line"] if raw else None) or (
-            wrapped[0].ddp[0]["line"] if apart else None))
-        return
+        add(*_parted(ranks, wrapped, *compared))
+        return Judged.of(shown)
+    if compared is not None or wrapped:
+        return Judged.of(shown, {"model_wrapping": _in_step(wrapped, compared, stand_in)})
+    return Judged.of(shown)
+
+
+def _one_gpu(ranks: list[ProcessRecord], stand_in: bool) -> tuple[str, int] | None:
+    """Every rank's model on the same GPU: the finding's text and line."""
+    placed = [(r, device_of(r)) for r in ranks]
+    gpus = [d for _, d in placed if d]
+    if not (len(ranks) > 1 and len(gpus) == len(ranks) and len(set(gpus)) == 1):
+        return None
+    line = next(p["line"] for p in ranks[0].placements if p["asked"] != "cpu")
+    put = f"asked for {gpus[0]} for its model" if stand_in else f"put its model on {gpus[0]}"
+    return (
+        f"every rank {put}: one GPU does all the work while the others idle (or run "
+        "out of memory); use model.to(rank)",
+        line,
+    )
+
+
+def _parted(ranks, wrapped, steps: int, gap: float, start: float | None):
+    """Parameters that differ across the ranks after training: the text, and its line.
+
+    Said by cause: what the ranks' timelines show parted them
+    (:mod:`.judge_divergence`), weights apart from the start, forward passes
+    around DDP, or tensors the optimiser trains outside the module DDP wraps.
+    """
+    text = f"after {steps} training step(s) the ranks' parameters differ (by up to {gap:.3g})"
+    raw = [r.forwards for r in ranks if r.forwards["raw"]]
+    cause = parting_cause(ranks) if wrapped and not raw else None
+    if cause is not None:
+        return f"{text}: {cause.text}", cause.line
+    if not wrapped and start is not None and start > TOLERANCE:
+        text += (
+            "; they differed before the first update already: each rank started from "
+            "weights of its own, and nothing copied rank 0's to the others"
+        )
+    if raw:
+        text += (
+            f"; {raw[0]['raw']} training forward pass(es) called the wrapped module "
+            "directly, not through DDP"
+        )
+    apart = _outside_apart(ranks) if wrapped else []
+    if apart:
+        shapes = ", ".join("x".join(map(str, o["shape"])) or "scalar" for o in apart)
+        text += (
+            f"; the ones that differ are outside the module DDP wraps: {len(apart)} "
+            f"tensor(s) the optimiser trains (shapes {shapes}) that DDP never averages. "
+            "Wrap the whole model, every part the optimiser trains, in one DDP(...)"
+        )
+    line = (raw[0]["raw_line"] if raw else None) or (wrapped[0].ddp[0]["line"] if apart else None)
+    return text, line
+
+
+def _in_step(wrapped, compared, stand_in: bool) -> str:
+    """The model's OK text: how DDP wrapped it, and whether training kept it in step."""
     where = sorted({str(device_of(r) or r.ddp[0]["module_device"]) for r in wrapped})
     ranks_word = "rank" if len(wrapped) == 1 else "ranks"
     how = f"DDP wrapped the model on {len(wrapped)} {ranks_word}"
     if not (stand_in and any(d.startswith("cuda") for d in where)):  # (else the note says)
         how += f" ({', '.join(where)})"
-    if compared is not None:
-        if not wrapped:
-            how = "the model is not wrapped in DDP, yet the ranks kept it in step themselves"
-        fine["model_wrapping"] = (
-            f"{how}; parameters identical on every rank after {compared[0]} step(s)"
-        )
-    elif wrapped:
-        fine["model_wrapping"] = (
-            f"{how}; no training step ran, so its exchange was not exercised"
-        )
+    if compared is None:
+        return f"{how}; no training step ran, so its exchange was not exercised"
+    if not wrapped:
+        how = "the model is not wrapped in DDP, yet the ranks kept it in step themselves"
+    return f"{how}; parameters identical on every rank after {compared[0]} step(s)"

@@ -13,8 +13,7 @@ from collections import Counter
 
 from .judge_model import device_of
 from .read import ALL_INTERFACES, Reading
-from .record import ProcessRecord
-from .run import Outcome
+from .record import Outcome, ProcessRecord
 from .verdict import OK, Diagnosis, title
 
 

@@ -1,18 +1,21 @@
 """What the run shows of the processes and their group: spawning, the group, teardown.
 
-Each function notes what a stage did wrong (``shown``) or, when the run
-shows it working, says so (``fine``): the processes that started, the
+Each function returns its :class:`~.judge_evidence.Judged`: what a stage did
+wrong (``shown``) or, when the run shows it working, what it did
+(``fine``): the processes that started, the
 group they joined and the collectives they made in it, and whether they
 released the group before they ended.
 """
 
 from __future__ import annotations
 
-from .judge_evidence import note_shown, ranks_text
+from .judge_evidence import Judged, note_shown, ranks_text
 from .read import TORCHRUN, WORKER
 
 
-def judge_spawning(reading, outcome, shown, fine) -> None:
+def judge_spawning(reading, outcome) -> Judged:
+    """The processes that started (fine), or none started at all (shown)."""
+    shown, fine = [], {}
     script, ranks = outcome.script, outcome.ranks
     if script is not None and script.spawns and script.spawns[0]["nprocs"] == 0:
         note_shown(
@@ -23,7 +26,7 @@ def judge_spawning(reading, outcome, shown, fine) -> None:
         )  # fmt: skip
     entered = [r for r in ranks if not (r.error or {}).get("call")]
     if not entered:
-        return
+        return Judged.of(shown)
     if reading.mode == TORCHRUN:
         fine["spawning"] = (
             f"torchrun started {len(entered)} process(es) (RANK "
@@ -37,6 +40,7 @@ def judge_spawning(reading, outcome, shown, fine) -> None:
         fine["spawning"] = (
             f"{by} started {len(entered)} process(es), each running {_function(outcome)}"
         )
+    return Judged.of(shown, fine)
 
 
 def _function(outcome) -> str:
@@ -47,19 +51,24 @@ def _function(outcome) -> str:
     return script.spawns[0].get("target") or "main"
 
 
-def judge_group(ranks, fine) -> None:
+def judge_group(ranks) -> Judged:
+    """The group the ranks joined and the collectives they made in it (fine)."""
     joined = [r for r in ranks if r.init and r.init.get("joined")]
     if not joined:
-        return
+        return Judged()
+    fine = {}
     backends = sorted({r.init["backend"] for r in joined})
     claimed = sorted(r.claimed_rank for r in joined)
     fine["process_group"] = f"ranks {claimed} joined one {'/'.join(backends)} group"
     calls = [len(r.collectives) for r in joined]
     if any(calls) and len(set(calls)) == 1:
         fine["process_group"] += f"; every rank made the same {calls[0]} collective call(s)"
+    return Judged.of(fine=fine)
 
 
-def judge_teardown(reading, outcome, shown, fine) -> None:
+def judge_teardown(reading, outcome) -> Judged:
+    """A group still open when a rank ended (shown), or released by every rank (fine)."""
+    shown, fine = [], {}
     ranks = outcome.ranks
     returned = [r for r in ranks if r.returned and r.init]
     alive = [r.rank for r in returned if r.alive_at_return]
@@ -74,3 +83,4 @@ def judge_teardown(reading, outcome, shown, fine) -> None:
             f"ranks {sorted(r.claimed_rank for r in returned)} released the group "
             f"(destroy_process_group) before {ended}"
         )
+    return Judged.of(shown, fine)

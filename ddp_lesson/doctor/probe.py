@@ -65,7 +65,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 from .. import reports
 from ..launch import pause_after_destroy
@@ -112,12 +115,15 @@ from .probe_model import (  # noqa: F401
     PARAMS_KEPT,
     STEPS_KEPT,
     after_step,
+    before_step,
     count_forward,
     ddp_forward,
     ddp_init,
     note_backward,
     note_unused,
     recorded_backward,
+    recorded_clip_norm,
+    recorded_clip_value,
     trained_parameters,
 )
 from .probe_state import (  # noqa: F401
@@ -194,7 +200,11 @@ def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = F
     wrap_for_good(torch.autograd, "backward", recorded_backward)
     wrap_for_good(DistributedDataParallel, "__init__", ddp_init)
     wrap_for_good(DistributedDataParallel, "forward", ddp_forward)
+    register_optimizer_step_pre_hook(before_step)
     register_optimizer_step_post_hook(after_step)
+    clipping = (torch.nn.utils, sys.modules["torch.nn.utils.clip_grad"])
+    wrap_for_good(clipping, "clip_grad_norm_", recorded_clip_norm)
+    wrap_for_good(clipping, "clip_grad_value_", recorded_clip_value)
     if settings.stand_in:
         install_cpu_stand_ins(settings.gpus)
     else:

@@ -121,25 +121,13 @@ def backend_used(asked: object) -> str:
 
 
 def recorded_init(*args, **kwargs):
+    """``init_process_group`` under the probe: record and check the claim, then join the group."""
     record = process_state["record"]
     if dist.is_initialized() and record.init:
         called_again(record.init["line"])
     bound = inspect.signature(originals["init_process_group"]).bind_partial(*args, **kwargs)
     given = bound.arguments
-    rank = given.get("rank", -1)
-    world_size = given.get("world_size", -1)
-    if record.script and not record.spawns and os.getpid() == process_state["pid"]:
-        # run as Python, the script joins a group itself before starting any process
-        missing = [
-            name for name, value in (("RANK", rank), ("WORLD_SIZE", world_size))
-            if value in (-1, None) and name not in os.environ
-        ]  # fmt: skip
-        if missing:
-            wants_torchrun(missing[0], learner_line())
-    rank = int(os.environ.get("RANK", -1)) if rank in (-1, None) else rank
-    world_size = (
-        int(os.environ.get("WORLD_SIZE", -1)) if world_size in (-1, None) else world_size
-    )
+    rank, world_size = claimed_place(record, given.get("rank", -1), given.get("world_size", -1))
     asked = given.get("backend")
     used = backend_used(asked)
     record.claimed_rank, record.claimed_world_size = rank, world_size
@@ -151,6 +139,36 @@ def recorded_init(*args, **kwargs):
     }
     process_state["init_frames"] = learner_frames(sys._getframe(1))
     save_record()
+    check_claim(rank, world_size)
+    store = recorded_store()
+    if store.add(f"doctor/rank/{rank}", 1) > 1:
+        stop_at_stage(
+            "process_group",
+            f"two processes both claimed rank {rank} in init_process_group: each "
+            "process must pass its own rank (the one mp.spawn gives main, or torchrun's "
+            "RANK)",
+        )
+    join_group(store, used, rank, world_size)
+
+
+def claimed_place(record, rank: object, world_size: object) -> tuple:
+    """The rank and world size claimed: as given, else torchrun's ``RANK`` and ``WORLD_SIZE``."""
+    if record.script and not record.spawns and os.getpid() == process_state["pid"]:
+        # run as Python, the script joins a group itself before starting any process
+        missing = [
+            name
+            for name, value in (("RANK", rank), ("WORLD_SIZE", world_size))
+            if value in (-1, None) and name not in os.environ
+        ]
+        if missing:
+            wants_torchrun(missing[0], learner_line())
+    rank = int(os.environ.get("RANK", -1)) if rank in (-1, None) else rank
+    world_size = int(os.environ.get("WORLD_SIZE", -1)) if world_size in (-1, None) else world_size
+    return rank, world_size
+
+
+def check_claim(rank, world_size) -> None:
+    """Stop for a rank outside the world, or a world larger than the processes started."""
     nprocs = process_state.get("nprocs", 0)
     if world_size is None or world_size < 1 or rank is None or not 0 <= rank < world_size:
         stop_at_stage(
@@ -165,21 +183,18 @@ def recorded_init(*args, **kwargs):
             "group would wait forever for the missing ranks; start world_size processes "
             "(nprocs=world_size)",
         )
-    store = recorded_store()
-    if store.add(f"doctor/rank/{rank}", 1) > 1:
-        stop_at_stage(
-            "process_group",
-            f"two processes both claimed rank {rank} in init_process_group: each "
-            "process must pass its own rank (the one mp.spawn gives main, or torchrun's "
-            "RANK)",
-        )
+
+
+def join_group(store: dist.TCPStore, backend: str, rank: int, world_size: int) -> None:
+    """Join the group at the doctor's store, telling the store while this process waits."""
+    record = process_state["record"]
     timeout = datetime.timedelta(seconds=process_state["settings"].wait_s)
     # what a script that joins each process it starts watches for (see .start_follow)
     joining = joining_key(record.index)
     store.set(joining, f"{world_size}:{rank}:{record.init['line'] or ''}")
     with owned("process_group"), blocking("init_process_group", record.init["line"]):
         originals["init_process_group"](
-            used, store=store, rank=rank, world_size=world_size, timeout=timeout
+            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
     store.set(joining, "joined")
     record.init["joined"] = True

@@ -79,9 +79,7 @@ def note_unused() -> None:
     for entry, module in process_state.get("ddp", []):
         if entry["unused"] is None:
             entry["unused"] = [
-                name
-                for name, p in module.named_parameters()
-                if p.requires_grad and p.grad is None
+                name for name, p in module.named_parameters() if p.requires_grad and p.grad is None
             ]
             changed = True
     if changed:
@@ -101,6 +99,7 @@ def recorded_backward(original):
         else:
             result = original(tensors, *args, **kwargs)
         note_unused()
+        note_event("backward")
         return result
 
     return backward
@@ -143,6 +142,9 @@ def ddp_init(original):
             raise
         module.register_forward_pre_hook(count_forward)
         process_state.setdefault("ddp", []).append((entry, module))
+        for part in module.modules():  # a load into the model or any part of it
+            part.register_load_state_dict_post_hook(note_load)
+        note_event("wrap", line)
         save_record()
 
     return init
@@ -165,6 +167,7 @@ def count_forward(module, inputs) -> None:
     forwards = process_state["record"].forwards
     if getattr(thread_local, "in_ddp", 0):
         forwards["wrapped"] += 1
+        note_event("forward", learner_line(3))
     else:
         forwards["raw"] += 1
         forwards["raw_line"] = forwards["raw_line"] or learner_line(3)
@@ -174,19 +177,105 @@ def after_step(optimizer, args, kwargs) -> None:
     record = process_state["record"]
     if record is None or len(record.steps) >= STEPS_KEPT:
         return
-    params = [p.detach() for group in optimizer.param_groups for p in group["params"]]
-    grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
+    trained = [p for group in optimizer.param_groups for p in group["params"]]
+    params = [p.detach() for p in trained]
+    grads = [p.grad for p in trained]
     with torch.no_grad():
         total = float(sum(p.double().sum() for p in params))
         grad_sum = float(sum(g.double().abs().sum() for g in grads if g is not None))
         flat = torch.cat([p.reshape(-1).float().cpu() for p in params])
     record.steps.append({"params": total, "grads": grad_sum})
+    note_event("step")
     in_ddp = process_state.get("in_ddp")
     if in_ddp:  # what the optimiser trains outside every DDP module, by position
+        # (by the parameters' own ids: a detached view is a new object)
         record.outside = [
-            {"index": i, "shape": list(p.shape), "sum": float(p.double().sum())}
-            for i, p in enumerate(params) if id(p) not in in_ddp
+            {"index": i, "shape": list(p.shape), "sum": float(p.detach().double().sum())}
+            for i, p in enumerate(trained)
+            if id(p) not in in_ddp
         ]
     # evenly spaced values are enough to see two ranks apart, and keep the record small
     record.params = flat[:: max(1, flat.numel() // PARAMS_KEPT)].clone()
     save_record()
+
+
+# -- the model's timeline: where the ranks' parameters could part ------------------------
+#: Events kept per process (the first few steps' worth are enough to find where ranks part).
+EVENTS_KEPT = 60
+
+
+def wrapped_parameters() -> list[torch.Tensor]:
+    """The parameters of every DDP model this process made, each once."""
+    seen, params = set(), []
+    for _, module in process_state.get("ddp", []):
+        for p in module.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+    return params
+
+
+def note_event(event: str, line: int | None = None, **extra) -> None:
+    """Add to the record's ``model_events``: what the DDP models' parameters and gradients were.
+
+    Sums over every wrapped parameter (``params``) and the absolute sums of
+    their gradients (``grads``): equal on every rank while DDP keeps them in
+    step, so the first event where the ranks' values part says what parted
+    them. Only the first steps are kept.
+    """
+    record = process_state["record"]
+    if record is None or not process_state.get("ddp") or len(record.steps) > STEPS_KEPT:
+        return
+    if len(record.model_events) >= EVENTS_KEPT:
+        return
+    params = wrapped_parameters()
+    with torch.no_grad():
+        total = float(sum(p.detach().double().sum() for p in params))
+        grads = float(sum(p.grad.double().abs().sum() for p in params if p.grad is not None))
+    where = line if line is not None else learner_line(3)
+    entry = {"event": event, "line": where, "params": total, "grads": grads}
+    record.model_events.append({**entry, **extra})
+
+
+def note_load(module, incompatible) -> None:
+    """After ``load_state_dict`` into a wrapped model (or a part of it): a load event."""
+    line = learner_line(3)
+    events = process_state["record"].model_events
+    if events and events[-1]["event"] == "load" and events[-1]["line"] == line:
+        return  # the same call, seen from another part of the model
+    note_event("load", line)
+    save_record()
+
+
+def before_step(optimizer, args, kwargs) -> None:
+    """Before an optimiser step: a ``before_step`` event with the optimiser's settings."""
+    settings = [
+        {k: v for k, v in group.items() if isinstance(v, (int, float, tuple, bool))}
+        for group in optimizer.param_groups
+    ]
+    note_event("before_step", learner_line(3), settings=settings)
+
+
+def recorded_clip(original, what: str, limit_name: str):
+    """``clip_grad_norm_``/``clip_grad_value_``, recorded as a ``clip`` event with its limit."""
+
+    def clip(*args, **kwargs):
+        result = original(*args, **kwargs)
+        limit = kwargs.get(limit_name, args[1] if len(args) > 1 else None)
+        try:
+            limit = float(limit)
+        except (TypeError, ValueError):
+            limit = None
+        note_event("clip", learner_line(), call=what, limit=limit)
+        save_record()
+        return result
+
+    return clip
+
+
+def recorded_clip_norm(original):
+    return recorded_clip(original, "clip_grad_norm_", "max_norm")
+
+
+def recorded_clip_value(original):
+    return recorded_clip(original, "clip_grad_value_", "clip_value")

@@ -71,7 +71,12 @@ class TorchrunScript(BaseException):
     """
 
 
+#: What this process has recorded, and how (its record, settings, channel, DDP
+#: models): module-level because torch calls the recording functions from its own
+#: code, with no argument to carry it. One per process: each rank records its own.
 process_state: dict = {"installed": False, "record": None}
+#: Per thread: the depth of DDP forward passes under way (a forward pass through
+#: DDP counts as one, not as a raw call of the module), which torch's hooks read.
 thread_local = threading.local()
 
 
@@ -85,7 +90,9 @@ def wrap_for_good(owners: object | tuple[object, ...], name: str, make: Callable
     torch_hooks.wrap(torch_hooks.point(owners, name), make)
 
 
+#: torch's own functions the recording ones call on to, by name (set once per process).
 originals: dict[str, object] = {}
+#: Whether a file name is the learner's file, remembered: asked on every recorded call.
 learner_files: dict[str, bool] = {}
 
 

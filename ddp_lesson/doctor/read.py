@@ -65,6 +65,7 @@ __all__ = [
     "read",
 ]
 
+
 def _decode(path: Path) -> str:
     """The file's text, or ``ValueError`` saying why it is not Python source."""
     data = path.read_bytes()
@@ -88,25 +89,49 @@ def read(path: str | Path) -> Reading:
         fix) when the file is missing, is not Python source, does not parse,
         or gives the doctor no way to start it.
     """
-    path = Path(path)
-    reading = Reading(path)
+    reading = Reading(Path(path))
+    tree = _parse(reading)
+    if tree is None:
+        return reading
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    _read_warnings(reading, tree)
+    _read_owners(reading, tree)
+    unguarded = unguarded_spawns(tree)
+    if unguarded:
+        _read_unguarded_spawn(reading, unguarded[0].lineno)
+        return reading
+    main_blocks = [n for n in tree.body if is_main_block(n)]
+    spawns = [c for block in main_blocks for c in calls_in(block, *STAGE_CALLS["spawning"])]
+    if not _read_mode(reading, tree, main_blocks, spawns, functions):
+        return reading
+    reading.asks_device_count = _asks_device_count(tree)
+    read_spawn(reading, spawns, functions, Scope(*main_blocks, *tree.body))
+    read_group_part(reading, tree)
+    read_data_part(reading, tree, functions)
+    read_model_part(reading, tree, functions)
+    return reading
+
+
+def _parse(reading: Reading) -> ast.Module | None:
+    """Parse the reading's file and keep its lines, or set ``reading.problem`` and return None."""
+    path = reading.path
     example = "(e.g. python -m ddp_lesson doctor workers/stage_06.py)"
     if path.is_dir():
         reading.problem = (
             f"{path} is a directory, not a Python file: pass the path of your script "
             f"inside it {example}"
         )
-        return reading
+        return None
     if not path.is_file():
         reading.problem = f"{path} does not exist: pass the path of your script {example}"
-        return reading
+        return None
     try:
         source = _decode(path)
     except (OSError, ValueError) as error:
         reading.problem = (
             f"{path.name} is not Python source: {error}; pass the .py file of your script"
         )
-        return reading
+        return None
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as error:
@@ -114,31 +139,37 @@ def read(path: str | Path) -> Reading:
             f"{path.name} does not parse: line {error.lineno}: {error.msg} "
             f"({(error.text or '').strip()!r}); fix that line and run the doctor again"
         )
-        return reading
+        return None
     reading.sources = source.splitlines()
-    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    _read_warnings(reading, tree)
-    _read_owners(reading, tree)
-    unguarded = unguarded_spawns(tree)
-    if unguarded:
-        line = unguarded[0].lineno
-        reading.mode, reading.unstartable = SCRIPT, True
-        reading.lines["spawning"] = line
-        reading.findings.append(
-            Finding(
-                "spawning",
-                f"mp.spawn is called at line {line}, outside `if __name__ == \"__main__\":`. "
-                "Every process it starts imports this file again, reaches that line and "
-                "would spawn again; Python stops it ('An attempt has been made to start a "
-                "new process before the current process has finished its bootstrapping "
-                "phase'). Move the lines that start the processes under "
-                '`if __name__ == "__main__":`',
-                line,
-            )
+    return tree
+
+
+def _read_unguarded_spawn(reading: Reading, line: int) -> None:
+    """Mark the file unstartable for the ``mp.spawn`` call at ``line`` outside the main guard."""
+    reading.mode, reading.unstartable = SCRIPT, True
+    reading.lines["spawning"] = line
+    reading.findings.append(
+        Finding(
+            "spawning",
+            f'mp.spawn is called at line {line}, outside `if __name__ == "__main__":`. '
+            "Every process it starts imports this file again, reaches that line and "
+            "would spawn again; Python stops it ('An attempt has been made to start a "
+            "new process before the current process has finished its bootstrapping "
+            "phase'). Move the lines that start the processes under "
+            '`if __name__ == "__main__":`',
+            line,
         )
-        return reading
-    main_blocks = [n for n in tree.body if is_main_block(n)]
-    spawns = [c for block in main_blocks for c in calls_in(block, *STAGE_CALLS["spawning"])]
+    )
+
+
+def _read_mode(
+    reading: Reading,
+    tree: ast.Module,
+    main_blocks: list[ast.stmt],
+    spawns: list[ast.Call],
+    functions: dict[str, ast.FunctionDef],
+) -> bool:
+    """Set how the doctor starts the file; False, with ``reading.problem`` set, if it cannot."""
     top_inits = [
         n
         for n in top_level(tree, skip_main=False)
@@ -154,22 +185,22 @@ def read(path: str | Path) -> Reading:
         reading.lines["spawning"] = functions["main"].lineno  # what the processes call
     else:
         reading.problem = (
-            f"{path.name} has no way to start: no main(rank, world_size, ...) function, no "
-            "`if __name__ == \"__main__\":` block (one that starts the processes, or one "
+            f"{reading.path.name} has no way to start: no main(rank, world_size, ...) function, no "
+            '`if __name__ == "__main__":` block (one that starts the processes, or one '
             "that torchrun can run) and no top-level code that starts processes or joins a "
             "group; define main(rank, world_size, ...) as the course's workers do, or add "
             "the __main__ block"
         )
-        return reading
-    reading.asks_device_count = bool(
+        return False
+    return True
+
+
+def _asks_device_count(tree: ast.Module) -> bool:
+    """True when the code asks how many GPUs there are, or whether there is an accelerator."""
+    return bool(
         calls_in(tree, "device_count", "current_accelerator")
         or any("accelerator" in ast.unparse(c.func) for c in calls_in(tree, "is_available"))
     )
-    read_spawn(reading, spawns, functions, Scope(*main_blocks, *tree.body))
-    read_group_part(reading, tree)
-    read_data_part(reading, tree, functions)
-    read_model_part(reading, tree, functions)
-    return reading
 
 
 #: Calls that start processes without torch's launchers, found at the top level of a file.

@@ -29,9 +29,13 @@ def _environment_key(node: ast.AST) -> str | None:
     """``"RANK"`` for ``os.environ["RANK"]``, ``os.environ.get("RANK")``, ``os.getenv("RANK")``."""
     if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
         key = node.slice
-    elif isinstance(node, ast.Call) and node.args and (
-        called_name(node) == "getenv"
-        or (called_name(node) == "get" and ast.unparse(node.func).endswith("environ.get"))
+    elif (
+        isinstance(node, ast.Call)
+        and node.args
+        and (
+            called_name(node) == "getenv"
+            or (called_name(node) == "get" and ast.unparse(node.func).endswith("environ.get"))
+        )
     ):
         key = node.args[0]
     else:
@@ -53,6 +57,7 @@ def joins_from_environment(tree: ast.Module) -> bool:
 
 
 def _same(a: ast.expr | None, b: ast.expr | None, scope: Scope) -> bool:
+    """True when ``a`` and ``b`` are the same expression, as written or resolved in ``scope``."""
     if a is None or b is None:
         return False
     if ast.dump(a) == ast.dump(b):
@@ -60,7 +65,10 @@ def _same(a: ast.expr | None, b: ast.expr | None, scope: Scope) -> bool:
     return ast.dump(scope.resolve(a)) == ast.dump(scope.resolve(b))
 
 
-def read_spawn(reading: Reading, spawns: list[ast.Call], functions, scope: Scope) -> None:
+def read_spawn(
+    reading: Reading, spawns: list[ast.Call], functions: dict[str, ast.FunctionDef], scope: Scope
+) -> None:
+    """Note the first ``mp.spawn`` call's line and ``nprocs``, and what is wrong in its call."""
     if not spawns:
         return
     call = spawns[0]
@@ -69,63 +77,75 @@ def read_spawn(reading: Reading, spawns: list[ast.Call], functions, scope: Scope
     main = functions.get(target.id) if isinstance(target, ast.Name) else None
     params = [a.arg for a in main.args.posonlyargs + main.args.args] if main else []
     args = scope.resolve(keyword_arg(call, "args", 1), call.lineno)
-    items = args.elts if isinstance(args, ast.Tuple) else None
     nprocs = keyword_arg(call, "nprocs", 2)
     resolved = scope.resolve(nprocs, call.lineno)
     if isinstance(resolved, ast.Constant) and isinstance(resolved.value, int):
         reading.nprocs = resolved.value
-    before = len(reading.findings)
-    if items is not None:
-        if any(isinstance(e, ast.Name) and e.id in ("rank", "local_rank") for e in items):
-            reading.findings.append(
-                Finding(
-                    "spawning",
-                    f"args={ast.unparse(args)} passes rank itself; mp.spawn already gives "
-                    "each process its rank as main's first argument, so pass only what "
-                    "follows rank",
-                    call.lineno,
-                )
-            )
-        elif main is not None and main.args.vararg is None and len(items) + 1 > len(params):
-            reading.findings.append(
-                Finding(
-                    "spawning",
-                    f"{main.name}() takes {len(params)} parameters, rank first; mp.spawn "
-                    f"gives it the rank plus the {len(items)} in args, so args holds one too "
-                    "many (rank is passed already)",
-                    call.lineno,
-                )
-            )
-    if len(reading.findings) > before:
+    finding = _args_finding(call, args, main, params)
+    if finding is not None:
+        reading.findings.append(finding)
         return  # with rank in args, every later argument is shifted: nothing more to read
-    world = None
-    if items is not None and "world_size" in params:
-        at = params.index("world_size") - 1
-        world = items[at] if 0 <= at < len(items) else None
+    finding = _nprocs_finding(call, nprocs, _world_size_arg(args, params), scope)
+    if finding is not None:
+        reading.findings.append(finding)
+
+
+def _args_finding(
+    call: ast.Call, args: ast.expr | None, main: ast.FunctionDef | None, params: list[str]
+) -> Finding | None:
+    """What is wrong with the ``args`` ``mp.spawn`` passes: rank itself, or one too many."""
+    if not isinstance(args, ast.Tuple):
+        return None
+    items = args.elts
+    if any(isinstance(e, ast.Name) and e.id in ("rank", "local_rank") for e in items):
+        return Finding(
+            "spawning",
+            f"args={ast.unparse(args)} passes rank itself; mp.spawn already gives "
+            "each process its rank as main's first argument, so pass only what "
+            "follows rank",
+            call.lineno,
+        )
+    if main is not None and main.args.vararg is None and len(items) + 1 > len(params):
+        return Finding(
+            "spawning",
+            f"{main.name}() takes {len(params)} parameters, rank first; mp.spawn "
+            f"gives it the rank plus the {len(items)} in args, so args holds one too "
+            "many (rank is passed already)",
+            call.lineno,
+        )
+    return None
+
+
+def _world_size_arg(args: ast.expr | None, params: list[str]) -> ast.expr | None:
+    """The item of ``mp.spawn``'s ``args`` that its target receives as ``world_size``, if any."""
+    if not isinstance(args, ast.Tuple) or "world_size" not in params:
+        return None
+    at = params.index("world_size") - 1
+    return args.elts[at] if 0 <= at < len(args.elts) else None
+
+
+def _nprocs_finding(
+    call: ast.Call, nprocs: ast.expr | None, world: ast.expr | None, scope: Scope
+) -> Finding | None:
+    """What is wrong with ``mp.spawn``'s ``nprocs``: missing, not the world size, hard-coded."""
     if nprocs is None:
-        reading.findings.append(
-            Finding(
-                "spawning",
-                "mp.spawn has no nprocs, so it starts 1 process; pass nprocs=world_size",
-                call.lineno,
-            )
+        return Finding(
+            "spawning",
+            "mp.spawn has no nprocs, so it starts 1 process; pass nprocs=world_size",
+            call.lineno,
         )
-    elif world is not None and not _same(nprocs, world, scope):
-        reading.findings.append(
-            Finding(
-                "spawning",
-                f"nprocs={ast.unparse(nprocs)} is not the world size main is told "
-                f"({ast.unparse(world)}), so the group waits for processes that never "
-                "start; pass nprocs=world_size",
-                call.lineno,
-            )
+    if world is not None and not _same(nprocs, world, scope):
+        return Finding(
+            "spawning",
+            f"nprocs={ast.unparse(nprocs)} is not the world size main is told "
+            f"({ast.unparse(world)}), so the group waits for processes that never "
+            "start; pass nprocs=world_size",
+            call.lineno,
         )
-    elif world is None and isinstance(nprocs, ast.Constant):
-        reading.findings.append(
-            Finding(
-                "spawning",
-                f"nprocs={nprocs.value!r} is hard-coded; tie it to the world size "
-                "(nprocs=world_size)",
-                call.lineno,
-            )
+    if world is None and isinstance(nprocs, ast.Constant):
+        return Finding(
+            "spawning",
+            f"nprocs={nprocs.value!r} is hard-coded; tie it to the world size (nprocs=world_size)",
+            call.lineno,
         )
+    return None

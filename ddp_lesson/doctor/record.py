@@ -5,7 +5,8 @@ per process and sends it after every event, so a process that hangs or
 dies still leaves its evidence; the judge (:mod:`ddp_lesson.doctor.judge`)
 reads the records by attribute. Nested entries (a loader's epoch, a DDP
 wrap) are plain dicts whose keys are listed here. :class:`Settings` is what
-the doctor tells the processes it runs.
+the doctor tells the processes it runs; :class:`Outcome` is what a whole
+run left (the records, its output, how it ended), which the judges read.
 """
 
 from __future__ import annotations
@@ -104,6 +105,13 @@ class ProcessRecord:
         trained: ``{"at", "sum", "count"}`` for the first backward passes:
             the sum of the parameters that pass trains, as the forward pass
             used them (``at`` 0 is before any update); this needs no optimiser.
+        model_events: ``{"event", "line", "params", "grads", ...}`` per event
+            of the DDP models over the first steps, in order: ``wrap``,
+            ``forward`` (through DDP), ``backward``, ``before_step`` (with
+            the optimiser's ``settings`` per group), ``step``, ``load``
+            (``load_state_dict`` into a wrapped model) and ``clip`` (with its
+            ``call`` and ``limit``); ``params`` the sum of every wrapped
+            parameter, ``grads`` the sum of their gradients' absolute values.
         collectives: ``{"op", "line"}`` per collective called from the learner's file.
         waiting: ``{"op", "line"}`` while it waits in a collective.
         destroyed: ``{"line"}`` of its ``destroy_process_group`` call.
@@ -147,6 +155,7 @@ class ProcessRecord:
     params: object = None
     outside: list[dict] = field(default_factory=list)
     trained: list[dict] = field(default_factory=list)
+    model_events: list[dict] = field(default_factory=list)
     collectives: list[dict] = field(default_factory=list)
     waiting: dict | None = None
     destroyed: dict | None = None
@@ -173,3 +182,35 @@ class ProcessRecord:
         """The record a process sent (its report's ``rank`` is the process's index)."""
         known = {f.name for f in fields(cls)}
         return cls(index=report["rank"], **{k: v for k, v in report.items() if k in known})
+
+
+@dataclass
+class Outcome:
+    """What a run of the file left behind.
+
+    Attributes:
+        ranks: one record per rank, sorted by rank.
+        script: the record of the script's own process (``script`` launches).
+        error: the launch's error, if it ended with one (a rank failed, the deadline).
+        timed_out: the deadline stopped the run.
+        timeout_s: the deadline, in seconds.
+        output: what the processes printed.
+        launch: how the file was started, as a reader would type or say it.
+        codes: the exit code of each whole program started (the script, torchrun).
+        stand_in: CUDA ran on the CPU (no GPU for every rank).
+        gpus: the CUDA GPUs this machine has.
+        kept: the user's paths the run wrote or deleted, each kept in the
+            doctor's folder instead (:mod:`.sandbox`) and gone with it.
+    """
+
+    ranks: list[ProcessRecord] = field(default_factory=list)
+    script: ProcessRecord | None = None
+    error: Exception | None = None
+    timed_out: bool = False
+    timeout_s: float = 0.0
+    output: str = ""
+    launch: str = ""
+    codes: list[int | None] = field(default_factory=list)
+    stand_in: bool = False
+    gpus: int = 0
+    kept: list[str] = field(default_factory=list)

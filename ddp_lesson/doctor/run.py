@@ -24,49 +24,20 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .read import SCRIPT, TORCHRUN, WORKER, Reading
-from .record import ProcessRecord, Settings
+from .record import Outcome, ProcessRecord, Settings
+
+if TYPE_CHECKING:
+    from ..launch import Supervisor
 
 #: Batches of each epoch the run actually uses (every index is still recorded).
 BATCHES = 4
 
 #: Seconds a rank waits for the others (joining the group, at a collective).
 WAIT_S = 20
-
-
-@dataclass
-class Outcome:
-    """What a run of the file left behind.
-
-    Attributes:
-        ranks: one record per rank, sorted by rank.
-        script: the record of the script's own process (``script`` launches).
-        error: the launch's error, if it ended with one (a rank failed, the deadline).
-        timed_out: the deadline stopped the run.
-        timeout_s: the deadline, in seconds.
-        output: what the processes printed.
-        launch: how the file was started, as a reader would type or say it.
-        codes: the exit code of each whole program started (the script, torchrun).
-        stand_in: CUDA ran on the CPU (no GPU for every rank).
-        gpus: the CUDA GPUs this machine has.
-        kept: the user's paths the run wrote or deleted, each kept in the
-            doctor's folder instead (:mod:`.sandbox`) and gone with it.
-    """
-
-    ranks: list[ProcessRecord] = field(default_factory=list)
-    script: ProcessRecord | None = None
-    error: Exception | None = None
-    timed_out: bool = False
-    timeout_s: float = 0.0
-    output: str = ""
-    launch: str = ""
-    codes: list[int | None] = field(default_factory=list)
-    stand_in: bool = False
-    gpus: int = 0
-    kept: list[str] = field(default_factory=list)
 
 
 def describe(reading: Reading, world_size: int, args: Sequence) -> str:
@@ -88,8 +59,10 @@ def run_probed(reading: Reading, world_size: int, timeout_s: float, args: Sequen
     import torch
 
     from .. import devices, launch
-    from ..launch import FOLDER_PREFIX, LOOPBACK, TORCHRUN_ENV, WARM_START_METHOD
-    from . import sandbox, start
+    from ..launch import FOLDER_PREFIX
+
+    # imported before the deadline starts: its import is the doctor's time (_start_file uses it)
+    from . import start  # noqa: F401
 
     if reading.mode != TORCHRUN:
         # the server's start is the doctor's own time, not the script's
@@ -122,48 +95,67 @@ def run_probed(reading: Reading, world_size: int, timeout_s: float, args: Sequen
                     stand_in=stand_in,
                     gpus=gpus,
                 )
-                if reading.mode == WORKER:
-                    launch.start(
-                        start.worker_process,
-                        args=(settings, world_size, path, tuple(args)),
-                        nprocs=world_size,
-                    )
-                elif reading.mode == SCRIPT:
-                    launch.start(
-                        start.script_process, args=(settings, path, list(map(str, args))), nprocs=1
-                    )
-                else:
-                    flags = [
-                        "--standalone",
-                        f"--nproc-per-node={world_size}",
-                        f"--local-addr={LOOPBACK}",
-                    ]
-                    env: dict[str, str | None] = {key: None for key in TORCHRUN_ENV}
-                    env.update(settings.to_env())
-                    command = supervisor.command(
-                        [sys.executable, "-c", start.AGENT, *flags, "--run-path",
-                         WARM_START_METHOD, path, *map(str, args)],
-                        env=env,
-                    )  # fmt: skip
-                    supervisor.wait([command])
+                _start_file(reading, supervisor, settings, world_size, args)
     except launch.LaunchError as failed:
         outcome.error = failed
     finally:
-        outcome.ranks = _collect(Path(folder) / "ranks")
-        scripts = _collect(Path(folder) / "script")
-        outcome.script = scripts[0] if scripts else None
-        outcome.kept = [p for p in sandbox.written(sandbox.root(folder)) if not _elastic_log(p)]
-        sandbox.remove_torch_files(sandbox.root(folder))
-        shutil.rmtree(folder, ignore_errors=True)
+        _keep_records(outcome, folder)
     if supervisor is not None:
-        outcome.timed_out = supervisor.timed_out
-        outcome.output = supervisor.output
-        outcome.codes = [c.returncode for c in supervisor.commands]
-        if supervisor.commands:
-            outcome.output = supervisor.commands[0].output
+        _take_output(outcome, supervisor)
     if outcome.script is not None and outcome.script.spawns:
         outcome.launch += f" (it starts its processes with {outcome.script.spawns[0]['by']})"
     return outcome
+
+
+def _start_file(
+    reading: Reading, supervisor: Supervisor, settings: Settings, world_size: int, args: Sequence
+) -> None:
+    """Start the file's processes under ``supervisor`` in its launch style, and wait for them."""
+    from .. import launch
+    from ..launch import LOOPBACK, TORCHRUN_ENV, WARM_START_METHOD
+    from . import start
+
+    path = settings.file
+    if reading.mode == WORKER:
+        launch.start(
+            start.worker_process,
+            args=(settings, world_size, path, tuple(args)),
+            nprocs=world_size,
+        )
+    elif reading.mode == SCRIPT:
+        launch.start(start.script_process, args=(settings, path, list(map(str, args))), nprocs=1)
+    else:
+        flags = [
+            "--standalone",
+            f"--nproc-per-node={world_size}",
+            f"--local-addr={LOOPBACK}",
+        ]
+        env: dict[str, str | None] = {key: None for key in TORCHRUN_ENV}
+        env.update(settings.to_env())
+        argv = [sys.executable, "-c", start.AGENT, *flags, "--run-path", WARM_START_METHOD]
+        command = supervisor.command([*argv, path, *map(str, args)], env=env)
+        supervisor.wait([command])
+
+
+def _keep_records(outcome: Outcome, folder: str) -> None:
+    """Read what the run left in ``folder`` into ``outcome``, then remove the folder."""
+    from . import sandbox
+
+    outcome.ranks = _collect(Path(folder) / "ranks")
+    scripts = _collect(Path(folder) / "script")
+    outcome.script = scripts[0] if scripts else None
+    outcome.kept = [p for p in sandbox.written(sandbox.root(folder)) if not _elastic_log(p)]
+    sandbox.remove_torch_files(sandbox.root(folder))
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _take_output(outcome: Outcome, supervisor: Supervisor) -> None:
+    """Copy what the supervised run showed to ``outcome``: its deadline, output and exit codes."""
+    outcome.timed_out = supervisor.timed_out
+    outcome.output = supervisor.output
+    outcome.codes = [c.returncode for c in supervisor.commands]
+    if supervisor.commands:
+        outcome.output = supervisor.commands[0].output
 
 
 #: How torch's elastic agent names the folder of its processes' logs, which it makes in

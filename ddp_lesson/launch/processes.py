@@ -107,6 +107,9 @@ def _prctl() -> Callable | None:
     return None
 
 
+#: How many adopting_orphans() blocks are open in this process, and whether it
+#: was a subreaper before the first: the setting belongs to the process, so
+#: nested and concurrent blocks share it, and the last one out restores it.
 _lock = threading.Lock()
 _holders = 0
 _was_subreaper = False

@@ -177,38 +177,66 @@ def overlap_picture(reports: Sequence[Mapping], title: str = "") -> Figure:
     layers = sorted({layer_of(n) for r in reports for n in r["timeline"]["ready"]})
     colours = {layer: plt.get_cmap("Set2").colors[n % 8] for n, layer in enumerate(layers)}
     ticks, labels, shares = [], [], []
-    edge = {"edgecolor": "black", "linewidth": 0.4}
     shift = offsets(reports)
     for row, report in enumerate(reports):
         rank, timeline = report["rank"], report["timeline"]
         lane = 2 * row
-
-        def ms(seconds: float, offset: float = shift[rank]) -> float:
-            return 1e3 * (seconds + offset)
-
-        (bar,) = ax.barh(
-            lane, 1e3 * timeline["backward"], left=ms(0), height=0.7, color="0.85", **edge
-        )
-        bar.set_gid(f"rank{rank}-forward")
-        for layer, start, end in layer_spans(timeline):
-            (bar,) = ax.barh(
-                lane, 1e3 * (end - start), left=ms(start), height=0.7, color=colours[layer],
-                **edge,
-            )  # fmt: skip
-            bar.set_gid(f"rank{rank}-backward-{layer}")
-        rows = min(3, len(timeline["all_reduces"])) or 1  # in flight together: stacked
-        for n, (start, end, size) in enumerate(timeline["all_reduces"]):
-            middle = lane + 1 + 0.8 * ((n % rows + 0.5) / rows - 0.5)
-            (bar,) = ax.barh(
-                middle, 1e3 * (end - start), left=ms(start), height=0.75 / rows,
-                color=RANK_COLOURS[rank % 10], alpha=0.75, **edge,
-            )  # fmt: skip
-            bar.set_gid(f"rank{rank}-all_reduce-{n}")
-            ax.text(ms(end), middle, f" {size_text(size)}", va="center", fontsize=7)
-        ax.vlines(ms(timeline["end"]), lane - 0.45, lane + 1.45, colors="black", linestyles=":")
+        _draw_rank(ax, lane, rank, timeline, shift[rank], colours)
         ticks += [lane, lane + 1]
         labels += [f"rank {rank}: compute", f"rank {rank}: all-reduce"]
         shares.append(f"rank {rank} {overlap(timeline)['share']:.0%}")
+    _label_overlap_axes(ax, reports, layers, colours, ticks, labels)
+    ax.set_title(
+        title or "one training step; share of all-reduce time inside backward: " + ", ".join(shares)
+    )
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+#: The outline of every bar of :func:`overlap_picture`.
+_EDGE = {"edgecolor": "black", "linewidth": 0.4}
+
+
+def _draw_rank(
+    ax, lane: int, rank: int, timeline: Mapping, offset: float, colours: Mapping
+) -> None:
+    """Draw one rank's compute lane, its all-reduce lane below, and where its step ended."""
+
+    def ms(seconds: float) -> float:
+        return 1e3 * (seconds + offset)
+
+    (bar,) = ax.barh(
+        lane, 1e3 * timeline["backward"], left=ms(0), height=0.7, color="0.85", **_EDGE
+    )
+    bar.set_gid(f"rank{rank}-forward")
+    for layer, start, end in layer_spans(timeline):
+        (bar,) = ax.barh(
+            lane, 1e3 * (end - start), left=ms(start), height=0.7, color=colours[layer], **_EDGE
+        )
+        bar.set_gid(f"rank{rank}-backward-{layer}")
+    rows = min(3, len(timeline["all_reduces"])) or 1  # in flight together: stacked
+    for n, (start, end, size) in enumerate(timeline["all_reduces"]):
+        middle = lane + 1 + 0.8 * ((n % rows + 0.5) / rows - 0.5)
+        (bar,) = ax.barh(
+            middle,
+            1e3 * (end - start),
+            left=ms(start),
+            height=0.75 / rows,
+            color=RANK_COLOURS[rank % 10],
+            alpha=0.75,
+            **_EDGE,
+        )
+        bar.set_gid(f"rank{rank}-all_reduce-{n}")
+        ax.text(ms(end), middle, f" {size_text(size)}", va="center", fontsize=7)
+    ax.vlines(ms(timeline["end"]), lane - 0.45, lane + 1.45, colors="black", linestyles=":")
+
+
+def _label_overlap_axes(
+    ax, reports: Sequence[Mapping], layers: list[str], colours: Mapping, ticks: list, labels: list
+) -> None:
+    """Add the legend's entries for forward and each layer, the lanes' names and the x label."""
     ax.barh(0, 0, color="0.85", label="forward (and the loss)")
     for layer in layers[::-1]:
         ax.barh(0, 0, color=colours[layer], label=f"backward of {layer}")
@@ -219,13 +247,6 @@ def overlap_picture(reports: Sequence[Mapping], title: str = "") -> Figure:
     else:
         axis = "milliseconds after each rank's own step began (GPU time, CUDA events)"
     ax.set_xlabel(f"{axis}; dotted: the step ended")
-    ax.set_title(
-        title or "one training step; share of all-reduce time inside backward: " + ", ".join(shares)
-    )
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
 
 
 def parse_megabytes(text: object) -> float:

@@ -8,6 +8,7 @@ parameters compare across ranks with and without DDP.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import TypedDict
 
 import torch
@@ -136,71 +137,15 @@ def sync_check(rank: int, world_size: int, port: int, steps: int) -> None:
     unwrapped copy; and, across ranks, the largest difference of gradients
     and of parameters (measured with all-reduce MAX and MIN).
     """
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.utils.data import DataLoader
-    from torch.utils.data.distributed import DistributedSampler
-
-    from ..data import digits
-    from ..devices import ddp_device_ids
-    from ..models import NeuralNetwork, flat_gradients, flat_parameters
-
     device = group.join(rank, world_size, port)
     try:
-        torch.manual_seed(0)  # the same starting weights on every rank
-        plain = NeuralNetwork().to(device)
-        ddp = DDP(NeuralNetwork().to(device), device_ids=ddp_device_ids(device))
-        ddp.module.load_state_dict(plain.state_dict())
+        plain, ddp, optimizers = _twin_models(device)
         names = [name for name, _ in plain.named_parameters()]
-        optimizers = {
-            "plain": torch.optim.SGD(plain.parameters(), lr=0.1),
-            "ddp": torch.optim.SGD(ddp.parameters(), lr=0.1),
-        }
-        train = digits("train")
-        train_sampler = DistributedSampler(train, seed=0)
-        loader = DataLoader(train, batch_size=32, sampler=train_sampler)
-
-        def batches():
-            epoch = 0
-            while True:
-                train_sampler.set_epoch(epoch)
-                yield from loader
-                epoch += 1
-
-        def norms(model: torch.nn.Module) -> list[float]:
-            module = getattr(model, "module", model)
-            return [float(p.grad.norm()) for p in module.parameters()]
-
-        record: dict[str, list] = {
-            key: []
-            for key in (
-                "own_norms", "synced_norms", "plain_norms",
-                "own_gap", "synced_gap", "plain_gap",
-                "ddp_param_gap", "plain_param_gap",
-            )
-        }  # fmt: skip
-        for step, (features, labels) in zip(range(steps), batches(), strict=False):
+        batches = _digit_batches()
+        record: dict[str, list] = {key: [] for key in _SERIES}
+        for step, (features, labels) in zip(range(steps), batches, strict=False):
             features, labels = features.to(device), labels.to(device)
-            # this rank's own gradient: DDP skips its all-reduce inside no_sync
-            optimizers["ddp"].zero_grad()
-            with ddp.no_sync():
-                F.cross_entropy(ddp(features), labels).backward()
-            record["own_norms"].append(norms(ddp))
-            record["own_gap"].append(group.across_ranks(flat_gradients(ddp)))
-            # the same batch again, this time synchronised
-            optimizers["ddp"].zero_grad()
-            F.cross_entropy(ddp(features), labels).backward()
-            record["synced_norms"].append(norms(ddp))
-            record["synced_gap"].append(group.across_ranks(flat_gradients(ddp)))
-            # the unwrapped copy
-            optimizers["plain"].zero_grad()
-            F.cross_entropy(plain(features), labels).backward()
-            record["plain_norms"].append(norms(plain))
-            record["plain_gap"].append(group.across_ranks(flat_gradients(plain)))
-            for optimizer in optimizers.values():
-                optimizer.step()
-            record["ddp_param_gap"].append(group.across_ranks(flat_parameters(ddp)))
-            record["plain_param_gap"].append(group.across_ranks(flat_parameters(plain)))
+            _sync_step(ddp, plain, optimizers, features, labels, record)
             send_progress(rank, step + 1, steps)
         import torch.distributed as dist
 
@@ -216,3 +161,90 @@ def sync_check(rank: int, world_size: int, port: int, steps: int) -> None:
         del ddp, plain, optimizers
     finally:
         group.leave()
+
+
+#: The lists :func:`sync_check` fills, one entry per step (see :class:`SyncReport`).
+_SERIES = (
+    "own_norms",
+    "synced_norms",
+    "plain_norms",
+    "own_gap",
+    "synced_gap",
+    "plain_gap",
+    "ddp_param_gap",
+    "plain_param_gap",
+)
+
+
+def _twin_models(device: torch.device) -> tuple:
+    """Build the lesson's model twice from seed 0, one wrapped in DDP, each with its SGD."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ..devices import ddp_device_ids
+    from ..models import NeuralNetwork
+
+    torch.manual_seed(0)  # the same starting weights on every rank
+    plain = NeuralNetwork().to(device)
+    ddp = DDP(NeuralNetwork().to(device), device_ids=ddp_device_ids(device))
+    ddp.module.load_state_dict(plain.state_dict())
+    optimizers = {
+        "plain": torch.optim.SGD(plain.parameters(), lr=0.1),
+        "ddp": torch.optim.SGD(ddp.parameters(), lr=0.1),
+    }
+    return plain, ddp, optimizers
+
+
+def _digit_batches() -> Iterator:
+    """Build this rank's loader of the digits' training split and iterate it without end."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    from ..data import digits
+
+    train = digits("train")
+    train_sampler = DistributedSampler(train, seed=0)
+    loader = DataLoader(train, batch_size=32, sampler=train_sampler)
+    return _epochs(loader, train_sampler)
+
+
+def _epochs(loader, train_sampler) -> Iterator:
+    """Yield the loader's batches epoch after epoch, telling the sampler each new epoch."""
+    epoch = 0
+    while True:
+        train_sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def _grad_norms(model: torch.nn.Module) -> list[float]:
+    """The norm of each parameter's gradient, of the module inside DDP or of a plain one."""
+    module = getattr(model, "module", model)
+    return [float(p.grad.norm()) for p in module.parameters()]
+
+
+def _sync_step(ddp, plain, optimizers: dict, features, labels, record: dict) -> None:
+    """Train one step of both copies on one batch and add what it showed to ``record``."""
+    import torch.nn.functional as F
+
+    from ..models import flat_gradients, flat_parameters
+
+    # this rank's own gradient: DDP skips its all-reduce inside no_sync
+    optimizers["ddp"].zero_grad()
+    with ddp.no_sync():
+        F.cross_entropy(ddp(features), labels).backward()
+    record["own_norms"].append(_grad_norms(ddp))
+    record["own_gap"].append(group.across_ranks(flat_gradients(ddp)))
+    # the same batch again, this time synchronised
+    optimizers["ddp"].zero_grad()
+    F.cross_entropy(ddp(features), labels).backward()
+    record["synced_norms"].append(_grad_norms(ddp))
+    record["synced_gap"].append(group.across_ranks(flat_gradients(ddp)))
+    # the unwrapped copy
+    optimizers["plain"].zero_grad()
+    F.cross_entropy(plain(features), labels).backward()
+    record["plain_norms"].append(_grad_norms(plain))
+    record["plain_gap"].append(group.across_ranks(flat_gradients(plain)))
+    for optimizer in optimizers.values():
+        optimizer.step()
+    record["ddp_param_gap"].append(group.across_ranks(flat_parameters(ddp)))
+    record["plain_param_gap"].append(group.across_ranks(flat_parameters(plain)))

@@ -35,6 +35,9 @@ STAGE_WORDS = {
     "teardown": ("teardown", "tear down", "destroy_process_group", "cleanup"),
 }  # fmt: skip
 
+#: Wrong tries per check, target and mistake in this kernel: the fix is kept back
+#: for the first tries (see :func:`tried`). Module-level because a learner's tries
+#: span cells, and the kernel is the one thing those cells share.
 _tries: Counter = Counter()
 
 

@@ -113,11 +113,11 @@ def not_attempted(check: str, what: str) -> Result:
 
 def failed(
     check: str,
+    *,
     stage: str | None,
     expected: str,
     happened: str,
     fix: str,
-    *,
     answer: str = "",
 ) -> Result:
     """A failed Result.
@@ -135,7 +135,7 @@ def failed(
     return result
 
 
-def hidden_stage(check: str, expected: str, happened: str, fix: str) -> Result:
+def hidden_stage(check: str, *, expected: str, happened: str, fix: str) -> Result:
     """A failure whose stage the learner is still to find: no stage shown."""
     return Result(check, FAILED, None, expected, happened, fix, stage_hidden=True)
 
@@ -243,14 +243,14 @@ def multiple_choice(
             return passed(check, note)
         tries = answers.tried(check)
         if reveal or tries >= answers.REVEAL_AFTER:
-            return failed(check, stage, right, repr(answer), fix)
+            return failed(check, stage=stage, expected=right, happened=repr(answer), fix=fix)
         left = answers.REVEAL_AFTER - tries
         return failed(
             check,
-            stage,
-            "another letter",
-            repr(answer),
-            f"{fix} {kept_back(check, left, 'the right letter')}",
+            stage=stage,
+            expected="another letter",
+            happened=repr(answer),
+            fix=f"{fix} {kept_back(check, left, 'the right letter')}",
         )
 
     answer_check.__name__ = answer_check.__qualname__ = check
@@ -410,8 +410,17 @@ def launch_checked(
         if hang is None:  # a deadline names no line: say where to look instead
             hang = (expected, quote(error), WAITED)
         expected, happened, hint, *answer = hang
-        raise EndCheck(failed(check, stage, expected, happened, hint, answer="".join(answer)))
+        raise EndCheck(
+            failed(
+                check,
+                stage=stage,
+                expected=expected,
+                happened=happened,
+                fix=hint,
+                answer="".join(answer),
+            )
+        )
     specific = explain(error) if explain is not None else None
     if specific is None:  # (a failed Result is falsy: compare with None)
-        specific = failed(check, stage, expected, quote(error), fix)
+        specific = failed(check, stage=stage, expected=expected, happened=quote(error), fix=fix)
     raise EndCheck(specific)

@@ -72,18 +72,22 @@ def check_checkpoint(path: str | Path, *, reveal: bool = False) -> Result:
         _, error, early = launch_file(NAME, path, probes.train, STUBBED, crashed, EPOCHS, 0)
         if error is None or "SIGKILL" not in str(error):
             return failed(
-                NAME, MODEL, "rank 1 killed right after the checkpoint of epoch 0",
-                "the run ended otherwise: " + (quote(error) if error else "nobody died"),
-                "save_checkpoint: the line the error names",
-            )  # fmt: skip
+                NAME,
+                stage=MODEL,
+                expected="rank 1 killed right after the checkpoint of epoch 0",
+                happened="the run ended otherwise: " + (quote(error) if error else "nobody died"),
+                fix="save_checkpoint: the line the error names",
+            )
         if not os.path.exists(crashed):
             return failed(
-                NAME, GROUP, "the checkpoint of epoch 0 on disk after the crash",
-                "no file: rank 1 went on (and died) before rank 0 had written it",
-                "save_checkpoint: after rank 0 has started writing, what makes the other "
+                NAME,
+                stage=GROUP,
+                expected="the checkpoint of epoch 0 on disk after the crash",
+                happened="no file: rank 1 went on (and died) before rank 0 had written it",
+                fix="save_checkpoint: after rank 0 has started writing, what makes the other "
                 "ranks wait until the file is complete?",
                 answer="barrier() after rank 0's save, outside the `if`, so every rank calls it",
-            )  # fmt: skip
+            )
 
         got = launch_checked(
             NAME, path, probes.train, STUBBED, crashed, EPOCHS, -1,
@@ -98,7 +102,9 @@ def _require_start(got: list[dict], epoch: int, expected: str, fix: str, answer:
     starts = sorted({repr(r["start"]) for r in got})
     if starts != [repr(epoch)]:
         happened = f"load_checkpoint returned {', '.join(starts)}"
-        raise base.EndCheck(failed(NAME, MODEL, expected, happened, fix, answer=answer))
+        raise base.EndCheck(
+            failed(NAME, stage=MODEL, expected=expected, happened=happened, fix=fix, answer=answer)
+        )
 
 
 def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
@@ -109,24 +115,28 @@ def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
     saves = [r["saves"] for r in got]
     if saves[0] != EPOCHS or any(saves[1:]):
         return failed(
-            NAME, MODEL, f"rank 0 alone to write, once per epoch: saves per rank "
+            NAME,
+            stage=MODEL,
+            expected=f"rank 0 alone to write, once per epoch: saves per rank "
             f"{[EPOCHS] + [0] * (world_size - 1)}",
-            f"saves per rank {saves}",
-            "save_checkpoint, around torch.save: every rank holds the same weights, and "
+            happened=f"saves per rank {saves}",
+            fix="save_checkpoint, around torch.save: every rank holds the same weights, and "
             "several writers of one file overwrite each other; one rank is enough",
             answer="torch.save(...) inside `if get_rank() == 0:`",
-        )  # fmt: skip
+        )
     early = [r["rank"] for r in got if r["complete_after_save"] is False]
     if early:
         return failed(
-            NAME, GROUP, "every rank to leave save_checkpoint only once the file is complete",
-            f"rank(s) {early} returned while rank 0 was still writing it (its first save "
+            NAME,
+            stage=GROUP,
+            expected="every rank to leave save_checkpoint only once the file is complete",
+            happened=f"rank(s) {early} returned while rank 0 was still writing it (its first save "
             f"was held back {probes.SLOW_SAVE_S} s, as a slow disk would)",
-            "save_checkpoint, after the save: nothing made the other ranks wait for rank 0 "
+            fix="save_checkpoint, after the save: nothing made the other ranks wait for rank 0 "
             "to finish writing; what does every rank call to wait for all the others?",
             answer="barrier() after the save, outside the `if`, so every rank calls it and "
             "waits for rank 0",
-        )  # fmt: skip
+        )
     try:
         import torch
 
@@ -136,12 +146,15 @@ def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
     wrapped = _wrapper_keys(state)
     if wrapped:
         return failed(
-            NAME, MODEL, "the network's own names (linear_relu_stack.0.weight, ...)",
-            f"the wrapper's: {wrapped[0]}, ...; a plain NeuralNetwork refuses to load them",
-            "save_checkpoint, where the state is gathered: the DDP wrapper prefixes every "
+            NAME,
+            stage=MODEL,
+            expected="the network's own names (linear_relu_stack.0.weight, ...)",
+            happened=f"the wrapper's: {wrapped[0]}, ...; a plain NeuralNetwork refuses to load "
+                f"them",
+            fix="save_checkpoint, where the state is gathered: the DDP wrapper prefixes every "
             "name with `module.`; save the network inside it",
             answer="model.module.state_dict(), not model.state_dict()",
-        )  # fmt: skip
+        )
     return None
 
 
@@ -154,22 +167,26 @@ def _resumed(got: list[dict], reference: list) -> Result:
     bare = [r["rank"] for r in got if any(m == "None" for m in r["map_locations"])]
     if bare or not all(r["map_locations"] for r in got):
         return failed(
-            NAME, MODEL, "every rank to load the checkpoint with map_location",
-            f"rank(s) {bare or [r['rank'] for r in got if not r['map_locations']]} loaded "
+            NAME,
+            stage=MODEL,
+            expected="every rank to load the checkpoint with map_location",
+            happened=f"rank(s) {bare or [r['rank'] for r in got if not r['map_locations']]} loaded "
             "without it (or not at all): on GPUs every rank would put rank 0's tensors on "
             "cuda:0",
-            "load_checkpoint, where it reads the file: tell torch.load where this rank's "
+            fix="load_checkpoint, where it reads the file: tell torch.load where this rank's "
             "tensors go, or they land where rank 0 saved them from",
             answer="torch.load(path, map_location=device) on every rank",
-        )  # fmt: skip
+        )
     gap = reports.max_abs_difference(reference + [r["params"] for r in got])
     if gap > TOLERANCE:
         return failed(
-            NAME, MODEL, "the resumed model equal to the run that never stopped",
-            f"parameters differ by up to {gap:.3g}",
-            "save and load everything the next epoch depends on: the module's weights on "
+            NAME,
+            stage=MODEL,
+            expected="the resumed model equal to the run that never stopped",
+            happened=f"parameters differ by up to {gap:.3g}",
+            fix="save and load everything the next epoch depends on: the module's weights on "
             "every rank, and the optimiser's state (momentum)",
-        )  # fmt: skip
+        )
     return passed(
         NAME,
         "rank 0 alone wrote each epoch's checkpoint and every rank waited for it; after "

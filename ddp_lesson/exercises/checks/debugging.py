@@ -48,10 +48,10 @@ def check_unused(params_without_grad: Callable, *, reveal: bool = False) -> Resu
         except Exception as error:  # learner code
             return failed(
                 name,
-                MODEL,
-                "params_without_grad() to run",
-                quote(error),
-                "params_without_grad: the line the error names (p.grad is None for a "
+                stage=MODEL,
+                expected="params_without_grad() to run",
+                happened=quote(error),
+                fix="params_without_grad: the line the error names (p.grad is None for a "
                 "parameter that got no gradient)",
             )
         if base.is_stub(answer):
@@ -61,10 +61,10 @@ def check_unused(params_without_grad: Callable, *, reveal: bool = False) -> Resu
     if error is not None:
         return failed(
             name,
-            MODEL,
-            "DDP's own run to report its unused parameters",
-            quote(error),
-            "this is the check's own run: re-run the cell",
+            stage=MODEL,
+            expected="DDP's own run to report its unused parameters",
+            happened=quote(error),
+            fix="this is the check's own run: re-run the cell",
         )
     named = got[0]["named"]
     for k, (model, answer) in enumerate(given):
@@ -78,6 +78,13 @@ def check_unused(params_without_grad: Callable, *, reveal: bool = False) -> Resu
 RUNS = ("the loss of the first output", "the loss of the second output (a second run)")
 
 
+#: The line that fixes a wrong answer of check_unused, kept back as its failures' answer.
+FIXING_LINE = (
+    "[name for name, p in model.named_parameters() "
+    "if p.requires_grad and p.grad is None], after loss.backward()"
+)
+
+
 def _names_wrong(model, answer: object, named: list[str], run: int, earlier: list) -> Result | None:
     """check_unused's failure for ``answer`` on run ``run``, or None when it names ``named``.
 
@@ -85,78 +92,103 @@ def _names_wrong(model, answer: object, named: list[str], run: int, earlier: lis
         model: the ``Branchy`` the answer was given. named: what DDP's error named.
         earlier: the answers of the runs before this one.
     """
-    import torch
-
-    name = "check_unused"
     where = f"with {RUNS[run]}"
     try:
         given = list(answer)
     except TypeError:
         given = None
-    if given is None or isinstance(answer, (str, bytes)):
-        return failed(
-            name, MODEL, "a list of parameter names", f"{where}: {repr(answer)[:200]}",
-            "return the names from model.named_parameters()",
-        )  # fmt: skip
-    if given and all(isinstance(n, torch.Tensor) for n in given):
-        return failed(
-            name, MODEL, "names, as model.named_parameters() gives them (the check compares names)",
-            f"{where}: {len(given)} tensor(s), the parameters themselves, not their names",
-            "params_without_grad's return: model.named_parameters() gives each parameter "
-            "with its name; return the names",
-        )  # fmt: skip
+    wrong = _not_names(answer, given, where)
+    if wrong is not None:
+        return wrong
     yours = sorted(str(n) for n in given)
     if yours == named:
         return None
+    positions = _positions(given)
+    if positions is not None:
+        return _positions_given(model, positions, named, where)
+    return failed(
+        "check_unused",
+        stage=MODEL,
+        expected="the parameters DDP's error names, for the model and loss given",
+        happened=f"{where}, params_without_grad returned {yours}: "
+            f"{_why_other_names(model, yours, earlier)}",
+        fix="params_without_grad: look at every parameter after loss.backward(): one the loss "
+        "did not use has no gradient; frozen ones never train, and DDP leaves them out",
+        answer=FIXING_LINE,
+    )
+
+
+def _not_names(answer: object, given: list | None, where: str) -> Result | None:
+    """check_unused's failure when the answer is no list of names at all, or None."""
+    import torch
+
+    name = "check_unused"
+    if given is None or isinstance(answer, (str, bytes)):
+        return failed(
+            name,
+            stage=MODEL,
+            expected="a list of parameter names",
+            happened=f"{where}: {repr(answer)[:200]}",
+            fix="return the names from model.named_parameters()",
+        )
+    if given and all(isinstance(n, torch.Tensor) for n in given):
+        return failed(
+            name,
+            stage=MODEL,
+            expected="names, as model.named_parameters() gives them (the check compares names)",
+            happened=f"{where}: {len(given)} tensor(s), the parameters themselves, not their names",
+            fix="params_without_grad's return: model.named_parameters() gives each parameter "
+            "with its name; return the names",
+        )
+    return None
+
+
+def _positions_given(model, positions: list[int], named: list[str], where: str) -> Result:
+    """check_unused's failure for an answer of positions, saying whether they are the right ones."""
+    everything = [n for n, _ in model.named_parameters()]
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    why = (
+        "positions, not names: the check compares names, as model.named_parameters() "
+        "gives them (DDP's error lists the names beside the indices)"
+    )
+    for order, among in ((trainable, "the parameters that train, as DDP numbers them"),
+                         (everything, "model.named_parameters()")):  # fmt: skip
+        if all(i < len(order) for i in positions) and (
+            sorted(order[i] for i in positions) == named
+        ):
+            why += f" (they are the right parameters, counted in {among})"
+            break
+    return failed(
+        "check_unused",
+        stage=MODEL,
+        expected="names (the check compares names)",
+        happened=f"{where}: {positions}: {why}",
+        fix="params_without_grad's return: keep each parameter's name, not its position",
+        answer=FIXING_LINE,
+    )
+
+
+def _why_other_names(model, yours: list[str], earlier: list) -> str:
+    """Why names other than DDP's were returned, as far as the model and earlier runs tell."""
     everything = [n for n, _ in model.named_parameters()]
     frozen = sorted(n for n, p in model.named_parameters() if not p.requires_grad)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    positions = _positions(given)
-    fixing = (
-        "[name for name, p in model.named_parameters() "
-        "if p.requires_grad and p.grad is None], after loss.backward()"
-    )
-    if positions is not None:
-        why = (
-            "positions, not names: the check compares names, as model.named_parameters() "
-            "gives them (DDP's error lists the names beside the indices)"
-        )
-        for order, among in ((trainable, "the parameters that train, as DDP numbers them"),
-                             (everything, "model.named_parameters()")):  # fmt: skip
-            if all(i < len(order) for i in positions) and (
-                sorted(order[i] for i in positions) == named
-            ):
-                why += f" (they are the right parameters, counted in {among})"
-                break
-        return failed(
-            name, MODEL, "names (the check compares names)", f"{where}: {positions}: {why}",
-            "params_without_grad's return: keep each parameter's name, not its position",
-            answer=fixing,
-        )  # fmt: skip
     if any(sorted(str(n) for n in other) == yours for other in earlier):
-        why = (
+        return (
             "the same names as in the first run, although this loss leaves another output "
             "out: does the answer look at the model and the loss it is given?"
         )
-    elif yours == sorted(trainable):
-        why = "every trainable parameter: was loss.backward() called before looking?"
-    elif set(frozen) & set(yours):
+    if yours == sorted(trainable):
+        return "every trainable parameter: was loss.backward() called before looking?"
+    if set(frozen) & set(yours):
         extra = sorted(set(frozen) & set(yours))
-        why = f"{extra} never train (requires_grad=False), and DDP skips them"
-    elif not set(yours) & set(everything):
-        why = (
+        return f"{extra} never train (requires_grad=False), and DDP skips them"
+    if not set(yours) & set(everything):
+        return (
             "none of these is a parameter's name: the check compares names, as "
             "model.named_parameters() gives them"
         )
-    else:
-        why = "DDP's error names other parameters than these (the check compares names)"
-    return failed(
-        name, MODEL, "the parameters DDP's error names, for the model and loss given",
-        f"{where}, params_without_grad returned {yours}: {why}",
-        "params_without_grad: look at every parameter after loss.backward(): one the loss "
-        "did not use has no gradient; frozen ones never train, and DDP leaves them out",
-        answer=fixing,
-    )  # fmt: skip
+    return "DDP's error names other parameters than these (the check compares names)"
 
 
 def _positions(given: list) -> list[int] | None:

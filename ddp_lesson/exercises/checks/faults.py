@@ -137,6 +137,29 @@ def _answered(name: str, path: str | Path, given: object, owning_line: object) -
     return None
 
 
+def _wrong_stage(
+    name: str, planted, said: str | None, said_stage: object, tries: int, shown_answer: str
+) -> Result:
+    """The failure for an answer that names another stage (or none): its stage kept hidden.
+
+    ``shown_answer``: the right stage and line, once the tries allow showing them.
+    """
+    if said is None:
+        happened = f"{said_stage!r} is not one of the stages"
+        fix = "name one of: " + ", ".join(stage(k).title for k in answers.STAGE_WORDS)
+    else:
+        happened = f"stage {stage(said).title!r}"
+        fix = planted.stage_hints[min(tries, 2) - 1]
+    if shown_answer:
+        right = stage(planted.key).title
+        return failed(
+            name, stage=right, expected=shown_answer, happened=happened, fix=planted.why
+        )
+    return hidden_stage(
+        name, expected="the stage whose code the symptom points to", happened=happened, fix=fix
+    )
+
+
 def _judge(
     name: str, path: str | Path, said_stage: object, owning_line: object, reveal: bool
 ) -> Result:
@@ -144,10 +167,10 @@ def _judge(
     if planted is None:
         return failed(
             name,
-            None,  # no stage: this is not a file the exercise planted
-            f"one of the planted files {sorted(PLANTED)}",
-            f"{path}",
-            "pass the file the exercise wrote",
+            stage=None,  # no stage: this is not a file the exercise planted
+            expected=f"one of the planted files {sorted(PLANTED)}",
+            happened=f"{path}",
+            fix="pass the file the exercise wrote",
         )
     right = stage(planted.key).title
     try:
@@ -155,9 +178,12 @@ def _judge(
         span = answers.statement_span(path, owner)
     except (LookupError, SyntaxError):
         return failed(
-            name, None, f"{path} as the exercise wrote it", "the file has been changed",
-            "run the %%writefile cell above again, then answer about that file",
-        )  # fmt: skip
+            name,
+            stage=None,
+            expected=f"{path} as the exercise wrote it",
+            happened="the file has been changed",
+            fix="run the %%writefile cell above again, then answer about that file",
+        )
     text = Path(path).read_text().splitlines()
     said = answers.stage_named(said_stage)
     line, problem = answers.line_named(path, owning_line)
@@ -170,15 +196,7 @@ def _judge(
     shown = reveal or tries >= answers.REVEAL_AFTER
     answer = f"{right}, line {owner}: {text[owner - 1].strip()}"
     if said != planted.key:
-        if said is None:
-            happened = f"{said_stage!r} is not one of the stages"
-            fix = "name one of: " + ", ".join(stage(k).title for k in answers.STAGE_WORDS)
-        else:
-            happened = f"stage {stage(said).title!r}"
-            fix = planted.stage_hints[min(tries, 2) - 1]
-        if shown:
-            return failed(name, right, answer, happened, planted.why)
-        return hidden_stage(name, "the stage whose code the symptom points to", happened, fix)
+        return _wrong_stage(name, planted, said, said_stage, tries, answer if shown else "")
     if problem:
         happened, fix = problem, "name the line by its number, or copy it whole"
     else:
@@ -186,8 +204,14 @@ def _judge(
         near = {answers.normal(k): v for k, v in planted.near.items()}
         fix = near.get(answers.normal(text[line - 1]), planted.line_hint)
     if shown:
-        return failed(name, right, answer, happened, planted.why)
-    return failed(name, right, f"the one line in {right} that owns the fix", happened, fix)
+        return failed(name, stage=right, expected=answer, happened=happened, fix=planted.why)
+    return failed(
+        name,
+        stage=right,
+        expected=f"the one line in {right} that owns the fix",
+        happened=happened,
+        fix=fix,
+    )
 
 
 def check_medium(

@@ -93,17 +93,19 @@ def _kept(report: dict, grad_gaps: list[float], finish_at: str) -> Result | None
     first = wrong[0]
     right = f"step {first - 1} matched DDP's; " if first > 1 else ""
     return failed(
-        "check_hooks", MODEL,
-        "finish() in each step to wait for and divide that step's all-reduces, and only "
+        "check_hooks",
+        stage=MODEL,
+        expected="finish() in each step to wait for and divide that step's all-reduces, and only "
         "those",
-        f"{seen}, so finish() went through them again, and what it does per handle (divide "
+        happened=f"{seen}, so finish() went through them again, and what it does per handle "
+            f"(divide "
         "a gradient) was done again. "
         f"The gradients: {right}from step {first} on they differed from DDP's by up to "
-        f"{max(grad_gaps[first - 1:]):.3g}",
-        f"{finish_at}: what a step collected is used up once finish() has waited for it and "
+        f"{max(grad_gaps[first - 1 :]):.3g}",
+        fix=f"{finish_at}: what a step collected is used up once finish() has waited for it and "
         "divided; the next step must find it empty",
         answer="pending.clear() (empty what attach_hooks returned) as finish's last line",
-    )  # fmt: skip
+    )
 
 
 @graded
@@ -181,7 +183,14 @@ def _start_wrong(name: str, got: list[dict], broadcast_at: str) -> Result | None
     )
     for gap, expected, happened, hint, answer in starts:
         if gap > 0:
-            return failed(name, MODEL, expected, happened, f"{broadcast_at}: {hint}", answer=answer)
+            return failed(
+                name,
+                stage=MODEL,
+                expected=expected,
+                happened=happened,
+                fix=f"{broadcast_at}: {hint}",
+                answer=answer,
+            )
 
     return None
 
@@ -198,36 +207,44 @@ def _exchange_wrong(name: str, path: Path, report: dict, hooks_at: str) -> Resul
             f"backward had finished ({_line(path, calls[0]['line'])})"
         )
         return failed(
-            name, MODEL, "all-reduces started by hooks while loss.backward() runs", happened,
-            f"{hooks_at}: attach_hooks must give every parameter a hook that backward calls "
+            name,
+            stage=MODEL,
+            expected="all-reduces started by hooks while loss.backward() runs",
+            happened=happened,
+            fix=f"{hooks_at}: attach_hooks must give every parameter a hook that backward calls "
             "once that parameter's gradient is complete, and the hook starts its all-reduce",
             answer="param.register_post_accumulate_grad_hook(hook) for every parameter, the "
             "hook starting dist.all_reduce(param.grad, async_op=True)",
-        )  # fmt: skip
+        )
     # 3. the hook must all-reduce the gradient, not the parameter's values
     wrong = next((c for c in calls if c["target"] == "parameter"), None)
     if wrong is not None:
         return failed(
-            name, MODEL, "each hook to all-reduce the parameter's gradient, param.grad",
-            f"an all-reduce was given the parameter {wrong['parameter']} itself, its values "
+            name,
+            stage=MODEL,
+            expected="each hook to all-reduce the parameter's gradient, param.grad",
+            happened=f"an all-reduce was given the parameter {wrong['parameter']} itself, its "
+                f"values "
             "(the wrong tensor): the ranks summed their weights, and the gradients stayed "
             "their own",
-            f"{_line(path, wrong['line'])}: which tensor holds what backward computed?",
+            fix=f"{_line(path, wrong['line'])}: which tensor holds what backward computed?",
             answer="dist.all_reduce(param.grad, async_op=True)",
-        )  # fmt: skip
+        )
     blocking = next((c for c in calls if c["in_backward"] and not c["async_op"]), None)
     if blocking is not None:
         return failed(
-            name, MODEL, "asynchronous all-reduces, so that backward goes on while they run",
-            "an all-reduce made backward wait until it had finished (async_op was not True)",
-            f"{_line(path, blocking['line'])}: start it without waiting, keep its handle, and "
+            name,
+            stage=MODEL,
+            expected="asynchronous all-reduces, so that backward goes on while they run",
+            happened="an all-reduce made backward wait until it had finished (async_op was not "
+                "True)",
+            fix=f"{_line(path, blocking['line'])}: start it without waiting, keep its handle, and "
             "wait for the handles in finish()",
             answer="dist.all_reduce(param.grad, async_op=True), its handle kept for finish()",
-        )  # fmt: skip
+        )
     if not any(c["target"] == "other" for c in calls):  # one all-reduce per gradient
         return _every_gradient_wrong(name, report, hooks_at)
     return None
-
 
 
 def _every_gradient_wrong(name: str, report: dict, hooks_at: str) -> Result | None:
@@ -239,22 +256,27 @@ def _every_gradient_wrong(name: str, report: dict, hooks_at: str) -> Result | No
         again = sorted({n for n in given if given.count(n) > 1})
         if missing and again:
             return failed(
-                name, MODEL, "every parameter's gradient all-reduced in every step",
-                f"in step {step}, {len(given)} all-reduce(s) were started by hooks, but "
+                name,
+                stage=MODEL,
+                expected="every parameter's gradient all-reduced in every step",
+                happened=f"in step {step}, {len(given)} all-reduce(s) were started by hooks, but "
                 f"they were given the gradient of {', '.join(again)} more than once and "
                 f"never that of {', '.join(missing)}",
-                f"{hooks_at}: which parameter does each hook reduce: the one it was "
+                fix=f"{hooks_at}: which parameter does each hook reduce: the one it was "
                 "registered on? (a function made in a loop sees the loop variable's last "
                 "value unless it is bound when the function is made)",
-            )  # fmt: skip
+            )
         if missing:
             return failed(
-                name, MODEL, "every parameter's gradient all-reduced in every step",
-                f"in step {step} the gradient of {', '.join(missing)} was never "
+                name,
+                stage=MODEL,
+                expected="every parameter's gradient all-reduced in every step",
+                happened=f"in step {step} the gradient of {', '.join(missing)} was never "
                 "all-reduced (those parameters trained on their own rank's batch only)",
-                f"{hooks_at}: register the hook on every parameter of model.parameters()",
-            )  # fmt: skip
+                fix=f"{hooks_at}: register the hook on every parameter of model.parameters()",
+            )
     return None
+
 
 def _waits_wrong(name: str, report: dict, finish_at: str) -> Result | None:
     """Step 4: every handle is waited for before optimizer.step()."""
@@ -262,18 +284,25 @@ def _waits_wrong(name: str, report: dict, finish_at: str) -> Result | None:
         unwaited = [c for c in step_calls if not c["waited"]]
         if unwaited:
             return failed(
-                name, MODEL, "finish() to wait for every all-reduce before optimizer.step()",
-                f"in step {step}, {len(unwaited)} of {len(step_calls)} all-reduce handles were "
+                name,
+                stage=MODEL,
+                expected="finish() to wait for every all-reduce before optimizer.step()",
+                happened=f"in step {step}, {len(unwaited)} of {len(step_calls)} all-reduce "
+                    f"handles were "
                 "never waited for: the step read gradients the exchange had not finished with",
-                f"{finish_at}: every handle attach_hooks collected must have finished before "
+                fix=f"{finish_at}: every handle attach_hooks collected must have finished before "
                 "the gradients are read",
                 answer="handle.wait() on every handle attach_hooks collected, then divide",
-            )  # fmt: skip
+            )
     return None
 
 
 def _means_wrong(
-    name: str, got: list[dict], grad_gaps: list[float], param_gap: float, finish_at: str,
+    name: str,
+    got: list[dict],
+    grad_gaps: list[float],
+    param_gap: float,
+    finish_at: str,
     hooks_at: str,
 ) -> Result | None:
     """Step 5: the mean, not the sum; gradients and parameters equal to DDP's."""
@@ -284,23 +313,31 @@ def _means_wrong(
             continue
         if world_size > 1 and summed <= TOLERANCE * world_size:
             return failed(
-                name, MODEL, "the mean gradient after finish(), as DDP leaves it",
-                f"the gradients were the sum over the {world_size} ranks, {world_size} times "
+                name,
+                stage=MODEL,
+                expected="the mean gradient after finish(), as DDP leaves it",
+                happened=f"the gradients were the sum over the {world_size} ranks, "
+                    f"{world_size} times "
                 "the mean (nothing divided by the world size)",
-                f"{finish_at}: after waiting, turn each summed gradient into the mean",
+                fix=f"{finish_at}: after waiting, turn each summed gradient into the mean",
                 answer="param.grad /= dist.get_world_size()",
-            )  # fmt: skip
+            )
         return failed(
-            name, MODEL, "the gradients after finish() to equal DDP's",
-            f"in step {step} they differed from DDP's by up to {gap:.3g}",
-            f"{finish_at}: follow one gradient through a step: which all-reduce sums it, "
+            name,
+            stage=MODEL,
+            expected="the gradients after finish() to equal DDP's",
+            happened=f"in step {step} they differed from DDP's by up to {gap:.3g}",
+            fix=f"{finish_at}: follow one gradient through a step: which all-reduce sums it, "
             "when finish() waits for it, and what it is divided by",
             answer="for each (param, handle) of this step: handle.wait(), then "
             "param.grad /= dist.get_world_size()",
-        )  # fmt: skip
+        )
     if param_gap > TOLERANCE:
         return failed(
-            name, MODEL, f"parameters equal to DDP's after {STEPS} steps",
-            f"they differed by up to {param_gap:.3g}", f"{finish_at} and {hooks_at}",
-        )  # fmt: skip
+            name,
+            stage=MODEL,
+            expected=f"parameters equal to DDP's after {STEPS} steps",
+            happened=f"they differed by up to {param_gap:.3g}",
+            fix=f"{finish_at} and {hooks_at}",
+        )
     return None

@@ -65,15 +65,16 @@ def check_launchers(path: str | Path, *, reveal: bool = False) -> Result:
         )  # fmt: skip
     except (launch.LaunchError, ValueError) as error:
         return failed(
-            NAME, GROUP,
-            f"ddp_setup() to join the group torchrun describes: {NODES} nodes of {per_node} "
-            "processes",
-            _waited(error, total),
-            "ddp_setup: every process joins once, as its global rank, in a group of all "
+            NAME,
+            stage=GROUP,
+            expected=f"ddp_setup() to join the group torchrun describes: {NODES} nodes of "
+            f"{per_node} processes",
+            happened=_waited(error, total),
+            fix="ddp_setup: every process joins once, as its global rank, in a group of all "
             f"{total}; LOCAL_RANK and LOCAL_WORLD_SIZE only number a node's processes",
             answer="init_process_group(backend) with nothing else: it reads RANK, WORLD_SIZE, "
             "MASTER_ADDR and MASTER_PORT from the environment",
-        )  # fmt: skip
+        )
     for r in got:
         local = r["rank"] % per_node
         wrong = _wrong(r, total, f"cuda:{local}", "nccl", "torchrun", per_node=per_node)
@@ -127,48 +128,66 @@ def _locals(got: list[dict], size: int) -> Result | None:
             f"cuda:{local} (NCCL refuses two ranks on one GPU)"
         )
     return failed(
-        NAME, SPAWNING,
-        f"main to give each of the {size} processes mp.spawn starts its place on this one "
+        NAME,
+        stage=SPAWNING,
+        expected=f"main to give each of the {size} processes mp.spawn starts its place on this one "
         "machine, as torchrun would: its own LOCAL_RANK, and LOCAL_WORLD_SIZE the number of "
         "processes on the machine",
-        f"main set {said}",
-        "main, where it sets LOCAL_RANK and LOCAL_WORLD_SIZE: mp.spawn starts every process "
+        happened=f"main set {said}",
+        fix="main, where it sets LOCAL_RANK and LOCAL_WORLD_SIZE: mp.spawn starts every process "
         "on this one machine; what are a process's local rank and the local world size there?",
         answer="LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size)",
-    )  # fmt: skip
+    )
 
 
 def _spawn_error(error: BaseException, plan) -> Result:
     text = str(error)
+    if "not at the port main was given" in text:
+        return failed(
+            NAME,
+            stage=SPAWNING,
+            expected="main to have the processes meet at the port it is given",
+            happened=quote(error),
+            fix="main, where it sets MASTER_PORT: a port written into the code is taken as "
+            "soon as another run uses it; which of main's arguments is the port to meet at?",
+            answer="MASTER_PORT=str(port)",
+        )
     if "ended without sending its report" in text:
         return failed(
-            NAME, SPAWNING, "main to set the environment, then call run_rank(...)",
-            "main returned without calling run_rank",
-            "main: once the environment is set, a process spawned here must do what every "
+            NAME,
+            stage=SPAWNING,
+            expected="main to set the environment, then call run_rank(...)",
+            happened="main returned without calling run_rank",
+            fix="main: once the environment is set, a process spawned here must do what every "
             "process does, as the __main__ block has it done under torchrun",
             answer="run_rank(epochs), as main's last line",
-        )  # fmt: skip
+        )
     if "KeyError" in text:
         return failed(
-            NAME, SPAWNING,
-            f"main to set every variable ddp_setup reads: {VARIABLES}",
-            quote(error),
-            "main: os.environ.update(...) with each of them, as strings, before run_rank",
-        )  # fmt: skip
+            NAME,
+            stage=SPAWNING,
+            expected=f"main to set every variable ddp_setup reads: {VARIABLES}",
+            happened=quote(error),
+            fix="main: os.environ.update(...) with each of them, as strings, before run_rank",
+        )
     if isinstance(error, launch.LaunchTimeout):
         return failed(
-            NAME, GROUP,
-            f"the {plan.world_size} processes mp.spawn starts to meet in one group",
-            f"they did not meet within {base.CHECK_TIMEOUT_S} s",
-            "main: every process must be told one meeting point (MASTER_ADDR, and "
+            NAME,
+            stage=GROUP,
+            expected=f"the {plan.world_size} processes mp.spawn starts to meet in one group",
+            happened=f"they did not meet within {base.CHECK_TIMEOUT_S} s",
+            fix="main: every process must be told one meeting point (MASTER_ADDR, and "
             "MASTER_PORT from the port it is given) and a RANK of its own out of WORLD_SIZE",
             answer='MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), '
             "WORLD_SIZE=str(world_size)",
-        )  # fmt: skip
+        )
     return failed(
-        NAME, SPAWNING, "main(rank, world_size, port) to run under mp.spawn", quote(error),
-        "the line the error names",
-    )  # fmt: skip
+        NAME,
+        stage=SPAWNING,
+        expected="main(rank, world_size, port) to run under mp.spawn",
+        happened=quote(error),
+        fix="the line the error names",
+    )
 
 
 def _wrong(
@@ -179,11 +198,13 @@ def _wrong(
     where = f"under {how}" + (f", node {r['node']}" if per_node else "")
     if (r["rank_in_group"], r["size_of_group"]) != (rank, size):
         return failed(
-            NAME, GROUP, f"process {rank} {where} to join as global rank {rank} of {size}",
-            f"it joined as rank {r['rank_in_group']} of {r['size_of_group']}",
-            "ddp_setup: the rank in the group is RANK, the global rank (init_process_group "
+            NAME,
+            stage=GROUP,
+            expected=f"process {rank} {where} to join as global rank {rank} of {size}",
+            happened=f"it joined as rank {r['rank_in_group']} of {r['size_of_group']}",
+            fix="ddp_setup: the rank in the group is RANK, the global rank (init_process_group "
             "reads it from the environment); LOCAL_RANK only numbers a node's processes",
-        )  # fmt: skip
+        )
     if r["device"] != device:
         extra = ""
         if per_node:
@@ -192,37 +213,54 @@ def _wrong(
                 f"{', '.join(f'cuda:{i}' for i in range(per_node))} and nothing else)"
             )
         return failed(
-            NAME, GROUP, f"process {rank} {where} to use {device}",
-            f"ddp_setup chose {r['device']}{extra}",
-            "ddp_setup, where it picks the device: the device follows the local rank (which "
+            NAME,
+            stage=GROUP,
+            expected=f"process {rank} {where} to use {device}",
+            happened=f"ddp_setup chose {r['device']}{extra}",
+            fix="ddp_setup, where it picks the device: the device follows the local rank (which "
             "GPU of its own node a process drives), not the global rank",
-            answer='device_for(int(os.environ["LOCAL_RANK"]), '
-            'int(os.environ["LOCAL_WORLD_SIZE"]))',
-        )  # fmt: skip
-    if per_node and device in r["set_device"] and device not in r["set_before_group"]:
+            answer='device_for(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))',
+        )
+    selection = _selection_wrong(r, device, where) if per_node else None
+    if selection is not None:
+        return selection
+    asked = r["asked_backend"] if per_node else r["backend"]
+    if asked != backend:
         return failed(
-            NAME, GROUP, f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
-            f"process {rank} {where} called set_device({device!r}) only after "
+            NAME,
+            stage=GROUP,
+            expected=f"backend {backend!r} {where} ({device})",
+            happened=f"backend {asked!r}",
+            fix='ddp_setup: "nccl" for a GPU, "gloo" for the CPU',
+        )
+    return None
+
+
+def _selection_wrong(r: dict, device: str, where: str) -> Result | None:
+    """A failure if a process on a GPU did not select it (set_device) before the group."""
+    rank = r["rank"]
+    if device in r["set_device"] and device not in r["set_before_group"]:
+        return failed(
+            NAME,
+            stage=GROUP,
+            expected=f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
+            happened=f"process {rank} {where} called set_device({device!r}) only after "
             "init_process_group",
-            "ddp_setup: in which order does it select the GPU and join the group? Calls that "
+            fix="ddp_setup: in which order does it select the GPU and join the group? Calls that "
             "name no device (the group's own barrier among them) use the GPU selected when "
             "they run",
             answer='torch.cuda.set_device(device) when device.type == "cuda", before '
             "init_process_group",
-        )  # fmt: skip
-    if per_node and device not in r["set_device"]:
+        )
+    if device not in r["set_device"]:
         return failed(
-            NAME, GROUP, f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
-            f"it selected {r['set_device'] or 'nothing'}",
-            "ddp_setup, before init_process_group: a process on a GPU must select that GPU "
+            NAME,
+            stage=GROUP,
+            expected=f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
+            happened=f"it selected {r['set_device'] or 'nothing'}",
+            fix="ddp_setup, before init_process_group: a process on a GPU must select that GPU "
             "before it joins the group (barrier() and other calls that name no device use it)",
             answer='torch.cuda.set_device(device) when device.type == "cuda", before '
             "init_process_group",
-        )  # fmt: skip
-    asked = r["asked_backend"] if per_node else r["backend"]
-    if asked != backend:
-        return failed(
-            NAME, GROUP, f"backend {backend!r} {where} ({device})", f"backend {asked!r}",
-            'ddp_setup: "nccl" for a GPU, "gloo" for the CPU',
-        )  # fmt: skip
+        )
     return None

@@ -36,7 +36,11 @@ def _number(name: str, value: object) -> float | Result:
         return not_attempted(name, "the prediction line")
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         return failed(
-            name, MODEL, "a positive number", repr(value), "write the prediction as a number"
+            name,
+            stage=MODEL,
+            expected="a positive number",
+            happened=repr(value),
+            fix="write the prediction as a number",
         )
     return float(value)
 
@@ -49,7 +53,9 @@ def _measured(name: str, value: object, what: str, measure) -> tuple[float, obje
     try:
         return predicted, measure(devices.plan().world_size)
     except launch.LaunchError as error:
-        return failed(name, MODEL, what, quote(error), "run the check again")
+        return failed(
+            name, stage=MODEL, expected=what, happened=quote(error), fix="run the check again"
+        )
 
 
 def _verdict(
@@ -61,7 +67,9 @@ def _verdict(
         return passed(name, note)
     tries = answers.tried(name)
     shown_now = reveal or tries >= answers.REVEAL_AFTER
-    return failed(name, MODEL, shown if shown_now else expected, said, why())
+    return failed(
+        name, stage=MODEL, expected=shown if shown_now else expected, happened=said, fix=why()
+    )
 
 
 def check_exchange_prediction(megabytes: object, *, batch: int = 4096, reveal: bool = False):

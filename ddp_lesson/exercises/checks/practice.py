@@ -62,59 +62,91 @@ def check_global_batch(
     from ``base_lr`` at ``base_batch`` (a mistake there is filed under
     :data:`RATE`). ``reveal=True`` shows the line that fixes a failure now.
     """
-    name = "check_global_batch"
     size = len(data.digits("train"))
     for per_rank, world_size in BATCH_CASES + UNLISTED_CASES:
-        try:
-            answer = plan_batches(per_rank, world_size)
-        except NotImplementedError:
-            return not_attempted(name, "plan_batches()")
-        except Exception as error:  # learner code: quote it
-            return failed(
-                name,
-                DATA,
-                "plan_batches() to return (global_batch, lr)",
-                quote(error),
-                "the body of plan_batches",
-            )
-        if base.is_stub(answer) or (isinstance(answer, tuple) and any(map(base.is_stub, answer))):
-            return not_attempted(name, "plan_batches()")
-        if not (isinstance(answer, tuple) and len(answer) == 2):
-            return failed(
-                name, DATA, "a pair (global_batch, lr)", repr(answer), "return global_batch, lr"
-            )
-        global_batch, lr = answer
+        global_batch, lr = _planned(plan_batches, per_rank, world_size)
         real = _first_global_batch(per_rank, world_size, size)
-        if global_batch != real:
-            return failed(
-                name,
-                DATA,
-                "the images all ranks' first steps hold together",
-                f"for {per_rank} images per rank on {world_size} rank(s), global_batch = "
-                f"{global_batch!r}",
-                "each rank's loader gives per_rank images, and one DDP step averages the "
-                "gradients of all ranks: how many images does one step follow?",
-                answer="global_batch = per_rank * world_size",
-            )
-        rule = base_lr * real / base_batch
-        if not isinstance(lr, (int, float)) or not math.isclose(lr, rule, rel_tol=1e-9):
-            return failed(
-                name,
-                RATE,
-                f"lr {base_lr:g} at a batch of {base_batch}, scaled by the factor the batch "
-                "grew by",
-                f"for {per_rank} images per rank on {world_size} rank(s), lr = {lr!r}",
-                "the linear scaling rule: the learning rate grows by the factor the batch "
-                f"grew by, from base_batch ({base_batch}) to the global batch (not with the "
-                "world size alone)",
-                answer="lr = base_lr * global_batch / base_batch",
-            )
+        wrong = _global_batch_wrong(global_batch, real, per_rank, world_size)
+        if wrong is None:
+            rule = base_lr * real / base_batch
+            wrong = _rate_wrong(lr, rule, per_rank, world_size, base_lr, base_batch)
+        if wrong is not None:
+            return wrong
     cases = ", ".join(f"{p}x{w}" for p, w in BATCH_CASES)
     return passed(
-        name,
+        "check_global_batch",
         f"global batches and learning rates right for {cases} (images per rank x ranks), "
         "as the real sampler and the linear scaling rule give them.",
     )
+
+
+def _planned(plan_batches: Callable, per_rank: int, world_size: int) -> tuple:
+    """Call the learner's ``plan_batches`` and return its pair, or end the check with why not."""
+    name = "check_global_batch"
+    try:
+        answer = plan_batches(per_rank, world_size)
+    except NotImplementedError:
+        raise base.EndCheck(not_attempted(name, "plan_batches()")) from None
+    except Exception as error:  # learner code: quote it
+        raise base.EndCheck(
+            failed(
+                name,
+                stage=DATA,
+                expected="plan_batches() to return (global_batch, lr)",
+                happened=quote(error),
+                fix="the body of plan_batches",
+            )
+        ) from None
+    if base.is_stub(answer) or (isinstance(answer, tuple) and any(map(base.is_stub, answer))):
+        raise base.EndCheck(not_attempted(name, "plan_batches()"))
+    if not (isinstance(answer, tuple) and len(answer) == 2):
+        raise base.EndCheck(
+            failed(
+                name,
+                stage=DATA,
+                expected="a pair (global_batch, lr)",
+                happened=repr(answer),
+                fix="return global_batch, lr",
+            )
+        )
+    return answer
+
+
+def _global_batch_wrong(
+    global_batch: object, real: int, per_rank: int, world_size: int
+) -> Result | None:
+    """check_global_batch's failure when the answer's global batch is not ``real``, or None."""
+    if global_batch != real:
+        return failed(
+            "check_global_batch",
+            stage=DATA,
+            expected="the images all ranks' first steps hold together",
+            happened=f"for {per_rank} images per rank on {world_size} rank(s), global_batch = "
+            f"{global_batch!r}",
+            fix="each rank's loader gives per_rank images, and one DDP step averages the "
+            "gradients of all ranks: how many images does one step follow?",
+            answer="global_batch = per_rank * world_size",
+        )
+    return None
+
+
+def _rate_wrong(
+    lr: object, rule: float, per_rank: int, world_size: int, base_lr: float, base_batch: int
+) -> Result | None:
+    """check_global_batch's failure when the answer's lr is not the scaling rule's, or None."""
+    if not isinstance(lr, (int, float)) or not math.isclose(lr, rule, rel_tol=1e-9):
+        return failed(
+            "check_global_batch",
+            stage=RATE,
+            expected=f"lr {base_lr:g} at a batch of {base_batch}, scaled by the factor the "
+                f"batch grew by",
+            happened=f"for {per_rank} images per rank on {world_size} rank(s), lr = {lr!r}",
+            fix="the linear scaling rule: the learning rate grows by the factor the batch "
+            f"grew by, from base_batch ({base_batch}) to the global batch (not with the "
+            "world size alone)",
+            answer="lr = base_lr * global_batch / base_batch",
+        )
+    return None
 
 
 # -- 12, exercise 2: accumulation with no_sync() -----------------------------------------
@@ -137,34 +169,64 @@ def check_accumulate(path: str | Path, *, reveal: bool = False) -> Result:
     first = got[0]
     exchanges = first["floats_exchanged"] / first["gradient_floats"]
     ranks_gap = reports.max_abs_difference([r["params"] for r in got])
-    if first["optimizer_steps"] != 1:
+    wrong = _steps_wrong(first["optimizer_steps"], k)
+    if wrong is None:
+        wrong = _exchanges_wrong(exchanges, k, ranks_gap)
+    if wrong is None:
+        wrong = _step_wrong(first, k)
+    if wrong is None:
+        wrong = _ranks_differ(ranks_gap)
+    if wrong is not None:
+        return wrong
+    return passed(
+        name,
+        f"{k} micro-batches, one all-reduce of the whole gradient, and the same weights as "
+        f"one step on all {k * probes.MICRO_BATCH} images, on every rank.",
+    )
+
+
+def _steps_wrong(optimizer_steps: int, k: int) -> Result | None:
+    """check_accumulate's failure when the answer stepped the optimiser other than once, or None."""
+    if optimizer_steps != 1:
         return failed(
-            name,
-            MODEL,
-            f"one optimizer.step() for {k} micro-batches",
-            f"{first['optimizer_steps']} optimizer.step() calls",
-            "call optimizer.step() once, after the last micro-batch's backward",
+            "check_accumulate",
+            stage=MODEL,
+            expected=f"one optimizer.step() for {k} micro-batches",
+            happened=f"{optimizer_steps} optimizer.step() calls",
+            fix="call optimizer.step() once, after the last micro-batch's backward",
         )
+    return None
+
+
+def _exchanges_wrong(exchanges: float, k: int, ranks_gap: float) -> Result | None:
+    """check_accumulate's failure when the gradient was all-reduced other than once, or None."""
+    name = "check_accumulate"
     if exchanges == 0:
         return failed(
             name,
-            MODEL,
-            "one all-reduce of the gradients, in the last backward",
-            "DDP's own gradient exchange never ran: every backward was inside no_sync()"
+            stage=MODEL,
+            expected="one all-reduce of the gradients, in the last backward",
+            happened="DDP's own gradient exchange never ran: every backward was inside no_sync()"
             + (f"; the ranks' weights now differ by up to {ranks_gap:.3g}" if ranks_gap else ""),
-            "leave the last micro-batch's backward outside model.no_sync()",
+            fix="leave the last micro-batch's backward outside model.no_sync()",
         )
     if exchanges > 1:
         return failed(
             name,
-            MODEL,
-            "one all-reduce of the gradients per optimiser step",
-            f"{exchanges:g} all-reduces of the whole gradient for {k} micro-batches",
-            "accumulate_step's loop: every backward but the last must leave out DDP's "
+            stage=MODEL,
+            expected="one all-reduce of the gradients per optimiser step",
+            happened=f"{exchanges:g} all-reduces of the whole gradient for {k} micro-batches",
+            fix="accumulate_step's loop: every backward but the last must leave out DDP's "
             "all-reduce, and only the last one exchange the sum",
             answer="every micro-batch's forward and backward but the last inside "
             "`with model.no_sync():`",
         )
+    return None
+
+
+def _step_wrong(first: dict, k: int) -> Result | None:
+    """check_accumulate's failure when the step differs from one step on all micro-batches."""
+    name = "check_accumulate"
     gap = reports.max_abs_difference([first["one_batch"], first["params"]])
     if gap > SAME:
         moved = first["params"] - first["start"]
@@ -172,33 +234,35 @@ def check_accumulate(path: str | Path, *, reveal: bool = False) -> Result:
         if float((moved - k * wanted).abs().max()) < SAME * k:
             return failed(
                 name,
-                MODEL,
-                "the same step as one batch of all the micro-batches",
-                f"a step {k} times as large: the {k} micro-batch gradients were added up undivided",
-                "accumulate_step, where each micro-batch's loss is computed: each loss is the "
+                stage=MODEL,
+                expected="the same step as one batch of all the micro-batches",
+                happened=f"a step {k} times as large: the {k} micro-batch gradients were added "
+                    f"up undivided",
+                fix="accumulate_step, where each micro-batch's loss is computed: each loss is the "
                 "mean over its own images, and backward adds the gradients up",
                 answer="(loss / len(micro_batches)).backward()",
             )
         return failed(
             name,
-            MODEL,
-            "the same parameters as one SGD step on all the micro-batches at once",
-            f"they differ by up to {gap:.3g}",
-            "one backward per micro-batch with loss / len(micro_batches), one optimizer.step()",
+            stage=MODEL,
+            expected="the same parameters as one SGD step on all the micro-batches at once",
+            happened=f"they differ by up to {gap:.3g}",
+            fix="one backward per micro-batch with loss / len(micro_batches), one optimizer.step()",
         )
+    return None
+
+
+def _ranks_differ(ranks_gap: float) -> Result | None:
+    """check_accumulate's failure when the ranks ended with different weights, or None."""
     if ranks_gap > 1e-6:
         return failed(
-            name,
-            MODEL,
-            "identical weights on every rank",
-            f"they differ by up to {ranks_gap:.3g}",
-            "the last backward must all-reduce",
+            "check_accumulate",
+            stage=MODEL,
+            expected="identical weights on every rank",
+            happened=f"they differ by up to {ranks_gap:.3g}",
+            fix="the last backward must all-reduce",
         )
-    return passed(
-        name,
-        f"{k} micro-batches, one all-reduce of the whole gradient, and the same weights as "
-        f"one step on all {k * probes.MICRO_BATCH} images, on every rank.",
-    )
+    return None
 
 
 # -- 12, exercise 3: seeds for shuffling and for augmentation -----------------------------
@@ -226,22 +290,34 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
     if overlap or len(everything) != size:
         return failed(
             name,
-            DATA,
-            f"the {size} items split between the ranks, each once",
-            f"{overlap} item(s) in more than one rank's share, {size - len(everything)} in none",
-            "make_loader, where the sampler is built: every rank shuffles the whole data set "
+            stage=DATA,
+            expected=f"the {size} items split between the ranks, each once",
+            happened=f"{overlap} item(s) in more than one rank's share, "
+                f"{size - len(everything)} in none",
+            fix="make_loader, where the sampler is built: every rank shuffles the whole data set "
             "and keeps its own part, so the parts fit together only with the same seed on "
             "every rank, and each rank's own rank and the world size",
+            answer="DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed)",
+        )
+    if all(r["indices"] == r["reordered"] for r in got):
+        return failed(
+            name,
+            stage=DATA,
+            expected="the items shuffled from seed: another seed, another order",
+            happened=f"make_loader with seed {seed} and with seed {seed + 1} gave every rank "
+            "the same items in the same order",
+            fix="make_loader, where the sampler is built: does it shuffle, and does the "
+            "shuffle's order follow from the seed make_loader is given?",
             answer="DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed)",
         )
     noises = [r["noise"] for r in got]
     if len(got) > 1 and any(noises[0][:4] == other[:4] for other in noises[1:]):
         return failed(
             name,
-            DATA,
-            "augmentation noise of its own on every rank",
-            f"ranks drew the same noise: {noises[0][:3]}...",
-            "make_loader, where the DataLoader is built: its workers' random numbers follow "
+            stage=DATA,
+            expected="augmentation noise of its own on every rank",
+            happened=f"ranks drew the same noise: {noises[0][:3]}...",
+            fix="make_loader, where the DataLoader is built: its workers' random numbers follow "
             "from the loader's random generator, which every rank seeded alike; its seed "
             "must differ from rank to rank and still follow from seed",
             answer="DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))",
@@ -249,10 +325,10 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
     if any(r["noise"] != r["again"] for r in got):
         return failed(
             name,
-            DATA,
-            "the same noise from a loader built again with the same seed",
-            "different noise: the augmentation cannot be reproduced",
-            "derive every seed from `seed` and `rank`, never from the time or an unseeded "
+            stage=DATA,
+            expected="the same noise from a loader built again with the same seed",
+            happened="different noise: the augmentation cannot be reproduced",
+            fix="derive every seed from `seed` and `rank`, never from the time or an unseeded "
             "generator",
         )
     return passed(
@@ -300,29 +376,47 @@ def check_evaluate(path: str | Path, *, reveal: bool = False) -> Result:
 
 def _evaluation_wrong(got: list[dict], case: int) -> Result | None:
     """check_evaluate's failure for one case (the ranks' reports of it), or None."""
-    name = "check_evaluate"
     size = got[0]["size"]
     on = f"on {size} test images" + (" (the second run)" if case else "")
     accuracies = [r["accuracy"] for r in got]
-    if len(got) > 1 and max(accuracies) - min(accuracies) > 1e-9:
+    wrong = _accuracies_differ(accuracies, on)
+    if wrong is None:
+        wrong = _parts_wrong([r["forwarded"] for r in got], size, on)
+    if wrong is None:
+        wrong = _accuracy_wrong(got, accuracies[0], on)
+    return wrong
+
+
+def _accuracies_differ(accuracies: list[float], on: str) -> Result | None:
+    """check_evaluate's failure when the ranks returned different accuracies, or None."""
+    if len(accuracies) > 1 and max(accuracies) - min(accuracies) > 1e-9:
         return failed(
-            name,
-            GROUP,
-            "the same accuracy on every rank",
-            f"{on}, per rank: {[round(a, 4) for a in accuracies]}",
-            "evaluate, after counting: each rank counted its own part only; the ranks must "
+            "check_evaluate",
+            stage=GROUP,
+            expected="the same accuracy on every rank",
+            happened=f"{on}, per rank: {[round(a, 4) for a in accuracies]}",
+            fix="evaluate, after counting: each rank counted its own part only; the ranks must "
             "combine what they counted before anyone divides",
             answer="all_reduce a tensor of (right answers, images) on every rank, then divide",
         )
-    given = [r["forwarded"] for r in got]
+    return None
+
+
+def _parts_wrong(given: list[list[int]], size: int, on: str) -> Result | None:
+    """check_evaluate's failure when the ranks' parts are not each test image once, or None.
+
+    Args:
+        given: per rank, the indices of the images it gave the model (-1: not a test image).
+    """
+    name = "check_evaluate"
     everything = [i for indices in given for i in indices]
-    if len(got) > 1 and all(len(set(indices) - {-1}) == size for indices in given):
+    if len(given) > 1 and all(len(set(indices) - {-1}) == size for indices in given):
         return failed(
             name,
-            DATA,
-            f"each rank to give the model its own part of the {size} images",
-            f"{on}: every rank gave the model all {size} images",
-            "evaluate, where the images to look at are chosen: each rank must take its own "
+            stage=DATA,
+            expected=f"each rank to give the model its own part of the {size} images",
+            happened=f"{on}: every rank gave the model all {size} images",
+            fix="evaluate, where the images to look at are chosen: each rank must take its own "
             "part of the test set, every image in exactly one part",
             answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
         )
@@ -330,11 +424,11 @@ def _evaluation_wrong(got: list[dict], case: int) -> Result | None:
     if twice:
         return failed(
             name,
-            DATA,
-            "each test image given to the model once, over all ranks",
-            f"{on}: {len(twice)} image(s) went through the model more than once (indices "
+            stage=DATA,
+            expected="each test image given to the model once, over all ranks",
+            happened=f"{on}: {len(twice)} image(s) went through the model more than once (indices "
             f"{twice[:5]}); a DistributedSampler pads every rank's share to the same length",
-            "evaluate, where the images to look at are chosen: split the test set without "
+            fix="evaluate, where the images to look at are chosen: split the test set without "
             "padding, so that every image is in exactly one rank's part",
             answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
         )
@@ -342,30 +436,35 @@ def _evaluation_wrong(got: list[dict], case: int) -> Result | None:
     if missed:
         return failed(
             name,
-            DATA,
-            "every test image given to the model",
-            f"{on}: {missed} never went through it on any rank",
-            "evaluate: do the ranks' parts together cover every index of test_dataset?",
+            stage=DATA,
+            expected="every test image given to the model",
+            happened=f"{on}: {missed} never went through it on any rank",
+            fix="evaluate: do the ranks' parts together cover every index of test_dataset?",
         )
-    if abs(accuracies[0] - got[0]["truth"]) > 1e-6:
-        if len(got) > 1 and abs(accuracies[0] - got[0]["mean_of_parts"]) < 1e-6:
+    return None
+
+
+def _accuracy_wrong(got: list[dict], accuracy: float, on: str) -> Result | None:
+    """check_evaluate's failure when the accuracy is not the model's on the whole set, or None."""
+    if abs(accuracy - got[0]["truth"]) > 1e-6:
+        if len(got) > 1 and abs(accuracy - got[0]["mean_of_parts"]) < 1e-6:
             return failed(
-                name,
-                GROUP,
-                "right answers / images, counted over all ranks",
-                f"{on}: {accuracies[0]:.4f}, the mean of the ranks' accuracies: the parts "
+                "check_evaluate",
+                stage=GROUP,
+                expected="right answers / images, counted over all ranks",
+                happened=f"{on}: {accuracy:.4f}, the mean of the ranks' accuracies: the parts "
                 "have different sizes",
-                "evaluate, after counting: parts of different sizes weigh differently; "
+                fix="evaluate, after counting: parts of different sizes weigh differently; "
                 "combine the counts, not the accuracies",
                 answer="all_reduce a tensor of (right answers, images), then divide once",
             )
         return failed(
-            name,
-            GROUP,
-            "the accuracy of the model it is given, on the test set it is given",
-            f"{on}: every rank returned {accuracies[0]:.4f}, which is not the share of "
+            "check_evaluate",
+            stage=GROUP,
+            expected="the accuracy of the model it is given, on the test set it is given",
+            happened=f"{on}: every rank returned {accuracy:.4f}, which is not the share of "
             "those images the model gets right",
-            "evaluate: is the accuracy computed from the model's predictions, with right "
+            fix="evaluate: is the accuracy computed from the model's predictions, with right "
             "answers and images added up over all ranks?",
         )
     return None

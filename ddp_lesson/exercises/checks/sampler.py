@@ -63,74 +63,132 @@ def _split_wrong(
         orders: per rank, per epoch, the numbers ``epoch_orders`` returned.
         first: the number item 0 holds (item ``i`` holds ``first + i``).
     """
-    name = "check_sampler"
+    wrong = _stray_items(orders, size, first)
+    if wrong is not None:
+        return wrong
+    indices = [[[n - first for n in epoch] for epoch in epochs] for epochs in orders]
+    sampler = got[0]["sampler"]
+    for epoch in range(len(indices[0])):
+        mine = [ranks[epoch] for ranks in indices]
+        wrong = _every_rank_everything(mine, size, world_size, sampler)
+        if wrong is None:
+            wrong = _shares_wrong(mine, epoch, size, world_size)
+        if wrong is None:
+            wrong = _order_wrong(mine, epoch, size, [ranks[0] for ranks in indices])
+        if wrong is not None:
+            return wrong
+    return None
+
+
+def _stray_items(orders: list[list[list[int]]], size: int, first: int) -> Result | None:
+    """check_sampler's failure when a rank's lists hold a number no item holds, or None."""
     held = range(first, first + size)
     for rank, epochs in enumerate(orders):
         stray = [n for epoch in epochs for n in epoch if n not in held]
         if stray:
             return failed(
-                name, DATA, "epoch_orders to return the items the loader yields, epoch by epoch",
-                f"on a data set of {size} items, rank {rank}'s lists hold {stray[0]}, which no "
+                "check_sampler",
+                stage=DATA,
+                expected="epoch_orders to return the items the loader yields, epoch by epoch",
+                happened=f"on a data set of {size} items, rank {rank}'s lists hold {stray[0]}, "
+                    f"which no "
                 "item of it holds",
-                "epoch_orders: are its lists what iterating train_loader gives, or numbers "
+                fix="epoch_orders: are its lists what iterating train_loader gives, or numbers "
                 "worked out beside it?",
-            )  # fmt: skip
-    indices = [[[n - first for n in epoch] for epoch in epochs] for epochs in orders]
-    sampled = got[0]["sampler"] == "DistributedSampler"
-    share = -(-size // world_size)
-    for epoch in range(len(indices[0])):
-        mine = [ranks[epoch] for ranks in indices]
-        if world_size > 1 and any(len(m) == size for m in mine) and sampled:
-            return failed(
-                name, DATA, f"each rank to iterate its own share of the {size} items",
-                f"every rank met all {size} items, although the loader's sampler is a "
-                "DistributedSampler",
-                "epoch_orders: are its lists what iterating train_loader gives, or does it "
-                "walk the data set some other way?",
-            )  # fmt: skip
-        if world_size > 1 and any(len(m) == size for m in mine):
-            return failed(
-                name, DATA, f"each rank to iterate its own share of the {size} items",
-                f"every rank iterated all {size} items (sampler: {got[0]['sampler']})",
-                "make_loader: a plain DataLoader hands every item to every rank; it needs "
-                "something that gives each rank its own share",
-                answer="DataLoader(..., sampler=DistributedSampler(dataset))",
-            )  # fmt: skip
-        lengths = [len(m) for m in mine]
-        if len(set(lengths)) > 1 or lengths[0] != share:
-            return failed(
-                name, DATA, "every rank the same number of items, the padding included",
-                f"epoch {epoch}, {size} items: the ranks' lists hold {lengths} items",
-                "make_loader and epoch_orders: every rank must take as many steps as the "
-                "others; what makes the shares equal when the items do not divide evenly?",
-            )  # fmt: skip
-        order = [i for position in zip(*mine, strict=True) for i in position]
-        counts = [order[:size].count(i) for i in range(size)]
-        if sorted(order[:size]) != list(range(size)) or order[size:] != order[: len(order) - size]:
-            twice = sum(c > 1 for c in counts)
-            return failed(
-                name, DATA, "every item in exactly one rank's share, only the padding repeated",
-                f"epoch {epoch}, {size} items: {twice} item(s) met by more than one rank "
-                f"beyond the padding, {counts.count(0)} by none",
-                "make_loader and epoch_orders: do all ranks agree on one order of the items, "
-                "and does each take its own positions in it?",
-            )  # fmt: skip
-        if order[:size] == list(range(size)):
-            return failed(
-                name, DATA, "the items in a shuffled order",
-                f"epoch {epoch}: the ranks met the items in the order they are stored",
-                "make_loader: does the sampler shuffle?",
-            )  # fmt: skip
-        if epoch > 0 and mine == [ranks[0] for ranks in indices]:
-            return failed(
-                name, DATA, f"epoch {epoch} in a new order",
-                f"on {size} items every rank met epoch {epoch}'s items in the same order as "
-                "epoch 0's",
-                "epoch_orders, at the top of each epoch: the sampler shuffles from seed + "
-                "epoch, and nothing told it that the epoch changed",
-                answer="train_loader.sampler.set_epoch(epoch) before each epoch",
-            )  # fmt: skip
+            )
     return None
+
+
+def _every_rank_everything(
+    mine: list[list[int]], size: int, world_size: int, sampler: str
+) -> Result | None:
+    """check_sampler's failure when some rank met every item in one epoch, or None.
+
+    Args:
+        mine: per rank, the indices it met in the epoch.
+        sampler: the class name of the loader's sampler.
+    """
+    if world_size > 1 and any(len(m) == size for m in mine) and sampler == "DistributedSampler":
+        return failed(
+            "check_sampler",
+            stage=DATA,
+            expected=f"each rank to iterate its own share of the {size} items",
+            happened=f"every rank met all {size} items, although the loader's sampler is a "
+            "DistributedSampler",
+            fix="epoch_orders: are its lists what iterating train_loader gives, or does it "
+            "walk the data set some other way?",
+        )
+    if world_size > 1 and any(len(m) == size for m in mine):
+        return failed(
+            "check_sampler",
+            stage=DATA,
+            expected=f"each rank to iterate its own share of the {size} items",
+            happened=f"every rank iterated all {size} items (sampler: {sampler})",
+            fix="make_loader: a plain DataLoader hands every item to every rank; it needs "
+            "something that gives each rank its own share",
+            answer="DataLoader(..., sampler=DistributedSampler(dataset))",
+        )
+    return None
+
+
+def _shares_wrong(mine: list[list[int]], epoch: int, size: int, world_size: int) -> Result | None:
+    """check_sampler's failure when one epoch's shares are unequal or overlap, or None."""
+    share = -(-size // world_size)
+    lengths = [len(m) for m in mine]
+    if len(set(lengths)) > 1 or lengths[0] != share:
+        return failed(
+            "check_sampler",
+            stage=DATA,
+            expected="every rank the same number of items, the padding included",
+            happened=f"epoch {epoch}, {size} items: the ranks' lists hold {lengths} items",
+            fix="make_loader and epoch_orders: every rank must take as many steps as the "
+            "others; what makes the shares equal when the items do not divide evenly?",
+        )
+    order = _interleaved(mine)
+    counts = [order[:size].count(i) for i in range(size)]
+    if sorted(order[:size]) != list(range(size)) or order[size:] != order[: len(order) - size]:
+        twice = sum(c > 1 for c in counts)
+        return failed(
+            "check_sampler",
+            stage=DATA,
+            expected="every item in exactly one rank's share, only the padding repeated",
+            happened=f"epoch {epoch}, {size} items: {twice} item(s) met by more than one rank "
+            f"beyond the padding, {counts.count(0)} by none",
+            fix="make_loader and epoch_orders: do all ranks agree on one order of the items, "
+            "and does each take its own positions in it?",
+        )
+    return None
+
+
+def _order_wrong(
+    mine: list[list[int]], epoch: int, size: int, first_epoch: list[list[int]]
+) -> Result | None:
+    """check_sampler's failure when an epoch is unshuffled or repeats epoch 0's order, or None."""
+    if _interleaved(mine)[:size] == list(range(size)):
+        return failed(
+            "check_sampler",
+            stage=DATA,
+            expected="the items in a shuffled order",
+            happened=f"epoch {epoch}: the ranks met the items in the order they are stored",
+            fix="make_loader: does the sampler shuffle?",
+        )
+    if epoch > 0 and mine == first_epoch:
+        return failed(
+            "check_sampler",
+            stage=DATA,
+            expected=f"epoch {epoch} in a new order",
+            happened=f"on {size} items every rank met epoch {epoch}'s items in the same order as "
+            "epoch 0's",
+            fix="epoch_orders, at the top of each epoch: the sampler shuffles from seed + "
+            "epoch, and nothing told it that the epoch changed",
+            answer="train_loader.sampler.set_epoch(epoch) before each epoch",
+        )
+    return None
+
+
+def _interleaved(mine: list[list[int]]) -> list[int]:
+    """The order the ranks' equal shares come from: position p is rank p % world_size's."""
+    return [i for position in zip(*mine, strict=True) for i in position]
 
 
 def check_sampler_prediction(
@@ -162,10 +220,10 @@ def check_sampler_prediction(
     except (TypeError, ValueError):
         return failed(
             name,
-            DATA,
-            f"a list of {len(real)} indices",
-            repr(predicted),
-            "the prediction is a list of whole numbers, e.g. [0, 3, 6]",
+            stage=DATA,
+            expected=f"a list of {len(real)} indices",
+            happened=repr(predicted),
+            fix="the prediction is a list of whole numbers, e.g. [0, 3, 6]",
         )
     key = f"{name}:{size}:{world_size}:{rank}:{sorted(settings.items())}"
     if mine == real:
@@ -179,13 +237,17 @@ def check_sampler_prediction(
         why += [f"drop_last skips {marks['dropped']}"] if marks["dropped"] else []
         return failed(
             name,
-            DATA,
-            f"{real}" + (f" ({'; '.join(why)})" if why else ""),
-            f"{mine}: {what}",
-            "data.sampler_partition(...) shows every rank's list",
+            stage=DATA,
+            expected=f"{real}" + (f" ({'; '.join(why)})" if why else ""),
+            happened=f"{mine}: {what}",
+            fix="data.sampler_partition(...) shows every rank's list",
         )
     return failed(
-        name, DATA, f"rank {rank}'s list, in the order the rank meets it", f"{mine}", what
+        name,
+        stage=DATA,
+        expected=f"rank {rank}'s list, in the order the rank meets it",
+        happened=f"{mine}",
+        fix=what,
     )
 
 

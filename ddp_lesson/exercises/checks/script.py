@@ -25,6 +25,7 @@ import ast
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ... import devices, launch
 from ...reports import counted
@@ -42,6 +43,10 @@ from .base import (
     passed,
     quote,
 )
+from .script_source import calls_of, first_call_at, line_at, main_spawn_line, parsed
+
+if TYPE_CHECKING:
+    from ...doctor import Diagnosis
 
 NAME = "check_ddp_script"
 SPAWNING, GROUP, DATA, MODEL, TEARDOWN = (
@@ -74,30 +79,6 @@ EXPECTED = {
 }
 
 
-def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
-    """Calls of a function called ``name`` (``name(...)`` or ``x.name(...)``), in line order."""
-    found = [
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and (getattr(node.func, "id", None) == name or getattr(node.func, "attr", None) == name)
-    ]
-    return sorted(found, key=lambda node: node.lineno)
-
-
-def _main_block(tree: ast.Module) -> ast.If | None:
-    for node in tree.body:
-        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
-            return node
-    return None
-
-
-def _line(lines: list[str], number: int | None) -> str:
-    if not number or not 1 <= number <= len(lines):
-        return ""
-    return f"line {number}: {lines[number - 1].strip()}"
-
-
 @graded
 def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
     """Run the learner's whole DDP script for real and check every stage.
@@ -116,29 +97,14 @@ def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
     if STUB in source:
         return not_attempted(NAME, "every part marked YOUR CODE HERE")
     lines = source.splitlines()
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as error:
-        return failed(
-            NAME, SPAWNING, "a file Python can run", f"SyntaxError: {error.msg}",
-            _line(lines, error.lineno) or "the line the error names",
-        )  # fmt: skip
+    tree = parsed(NAME, source, lines)
+    if isinstance(tree, Result):
+        return tree
     plan = devices.plan()
-    main_block = _main_block(tree)
-    spawns = [c for c in _calls(tree, "spawn") + _calls(tree, "start_processes")]
-    inside = [c for c in spawns if main_block and c in list(ast.walk(main_block))]
-    if not inside:
-        where = _line(lines, spawns[0].lineno) if spawns else "no mp.spawn call"
-        return failed(
-            NAME, SPAWNING,
-            'python file.py to start the processes itself: mp.spawn in `if __name__ == '
-            '"__main__":`',
-            where + (" (outside the __main__ block: every process it starts would import "
-                     "the file and spawn again)" if spawns else ""),
-            'an `if __name__ == "__main__":` block that calls mp.spawn(main, ...)',
-        )  # fmt: skip
-    spawn_line = inside[0].lineno
-    inits = _calls(tree, "init_process_group")
+    spawn_line = main_spawn_line(NAME, tree, lines)
+    if isinstance(spawn_line, Result):
+        return spawn_line
+    inits = calls_of(tree, "init_process_group")
     init_line = inits[0].lineno if inits else None
 
     found = _started(file, plan, lines, spawn_line)
@@ -146,32 +112,71 @@ def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
         return found
     epochs = found
 
-    expected = (
-        f"ddp_setup(rank, world_size, port) to join all {plan.world_size} ranks in one "
-        f"{plan.backend} group"
-    )
-    fix = _line(lines, init_line) or "ddp_setup"
-    got = launch_checked(
-        NAME, file, probes.setup, "ddp_setup()", stage=GROUP, expected=expected, fix=fix,
-        hang=(expected, f"the ranks did not meet within {base.CHECK_TIMEOUT_S} s", fix),
-    )  # fmt: skip
+    got = _setup_reports(file, plan, lines, init_line)
     joined = _joined(got, plan, lines, init_line)
     if joined is not None:
         return joined
 
+    diagnosis = _diagnosis(file, path, plan)
+    if isinstance(diagnosis, Result):
+        return diagnosis
+    wrong = _stage_verdicts(diagnosis, tree, lines)
+    if wrong is not None:
+        return wrong
+    for judge in (_trains, _released_after_error):
+        wrong = judge(file, tree, lines, epochs if isinstance(epochs, int) else 2)
+        if wrong is not None:
+            return wrong
+    return _passed(file, plan, epochs)
+
+
+def _setup_reports(file: str, plan, lines: list[str], init_line: int | None) -> list[dict]:
+    """Run the script's ``ddp_setup`` in every rank of a warm launch and return their reports."""
+    expected = (
+        f"ddp_setup(rank, world_size, port) to join all {plan.world_size} ranks in one "
+        f"{plan.backend} group"
+    )
+    fix = line_at(lines, init_line) or "ddp_setup"
+    return launch_checked(
+        NAME,
+        file,
+        probes.setup,
+        "ddp_setup()",
+        stage=GROUP,
+        expected=expected,
+        fix=fix,
+        hang=(expected, f"the ranks did not meet within {base.CHECK_TIMEOUT_S} s", fix),
+    )
+
+
+def _diagnosis(file: str, path: str | Path, plan) -> Diagnosis | Result:
+    """Run the whole script under the doctor, or return the failure of the doctor's own run."""
     from ... import doctor
 
     try:
-        diagnosis = doctor.diagnose(file, plan.world_size, timeout_s=DOCTOR_TIMEOUT_S)
+        return doctor.diagnose(file, plan.world_size, timeout_s=DOCTOR_TIMEOUT_S)
     except Exception as error:  # the doctor's own failure: say so, never raise
         return failed(
-            NAME, SPAWNING, "the doctor to run the whole script", quote(error),
-            "run the check again; if it fails the same way, run the doctor itself: "
+            NAME,
+            stage=SPAWNING,
+            expected="the doctor to run the whole script",
+            happened=quote(error),
+            fix="run the check again; if it fails the same way, run the doctor itself: "
             f"print(doctor.diagnose({str(path)!r}))",
-        )  # fmt: skip
+        )
+
+
+def _stage_verdicts(diagnosis: Diagnosis, tree: ast.Module, lines: list[str]) -> Result | None:
+    """A failure for the first stage the doctor's run did not show right, if any."""
+    from ... import doctor
+
     if diagnosis.problem:
         return failed(
-            NAME, SPAWNING, "the script to run", diagnosis.problem, "the line the message names"
+            NAME,
+            stage=SPAWNING,
+            expected="the script to run",
+            happened=diagnosis.problem,
+            fix="the line the message names",
         )
     for key, verdict in diagnosis.stages.items():
         if verdict.status == doctor.OK:
@@ -182,17 +187,24 @@ def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
             if same is not None:
                 return same
             return failed(
-                NAME, title, EXPECTED[key], verdict.evidence,
-                _line(lines, verdict.line) or stage(key).owner,
-            )  # fmt: skip
+                NAME,
+                stage=title,
+                expected=EXPECTED[key],
+                happened=verdict.evidence,
+                fix=line_at(lines, verdict.line) or stage(key).owner,
+            )
         return failed(
-            NAME, title, EXPECTED[key], f"the run did not show it: {verdict.evidence}",
-            f"make sure main does {stage(key).owner}",
-        )  # fmt: skip
-    for judge in (_trains, _released_after_error):
-        wrong = judge(file, tree, lines, epochs if isinstance(epochs, int) else 2)
-        if wrong is not None:
-            return wrong
+            NAME,
+            stage=title,
+            expected=EXPECTED[key],
+            happened=f"the run did not show it: {verdict.evidence}",
+            fix=f"make sure main does {stage(key).owner}",
+        )
+    return None
+
+
+def _passed(file: str, plan, epochs: object) -> Result:
+    """The pass for a script whose every stage, training and teardown ran right."""
     return passed(
         NAME,
         f"python {Path(file).name} started {counted(plan.world_size, 'process', 'processes')} "
@@ -211,39 +223,53 @@ def _started(file: str, plan, lines: list[str], spawn_line: int) -> Result | obj
         output = launch.run_script(probes.__file__, file, timeout_s=base.CHECK_TIMEOUT_S)
     except launch.LaunchError as error:
         return failed(
-            NAME, SPAWNING, "the __main__ block to reach its mp.spawn call", quote(error),
-            "the __main__ block: the line the error names",
-        )  # fmt: skip
+            NAME,
+            stage=SPAWNING,
+            expected="the __main__ block to reach its mp.spawn call",
+            happened=quote(error),
+            fix="the __main__ block: the line the error names",
+        )
     said = [line for line in output.splitlines() if line.startswith(probes.MARK)]
     call = json.loads(said[-1][len(probes.MARK) :]) if said else None
-    where = _line(lines, spawn_line)
+    where = line_at(lines, spawn_line)
     if call is None:
         return failed(
-            NAME, SPAWNING, "the __main__ block to call mp.spawn",
-            "it ended without calling it", where,
-        )  # fmt: skip
+            NAME,
+            stage=SPAWNING,
+            expected="the __main__ block to call mp.spawn",
+            happened="it ended without calling it",
+            fix=where,
+        )
     nprocs, told = call["nprocs"], call["bound"].get("world_size")
     if nprocs != plan.world_size:
         zero = (
             " (torch.cuda.device_count() is 0 without a GPU: nothing starts)" if not nprocs else ""
         )
         return failed(
-            NAME, SPAWNING, f"nprocs={plan.world_size}: one process per device ({plan.reason})",
-            f"nprocs={nprocs} on this machine{zero}",
-            f"{where}; the world size that is right on every machine is "
+            NAME,
+            stage=SPAWNING,
+            expected=f"nprocs={plan.world_size}: one process per device ({plan.reason})",
+            happened=f"nprocs={nprocs} on this machine{zero}",
+            fix=f"{where}; the world size that is right on every machine is "
             "devices.plan().world_size",
-        )  # fmt: skip
+        )
     if "world_size" in call["bound"] and told != nprocs:
         return failed(
-            NAME, SPAWNING, f"every process told world_size={nprocs}, the processes started",
-            f"main is told world_size={told!r}", f"{where}: args=(world_size, ...)",
-        )  # fmt: skip
+            NAME,
+            stage=SPAWNING,
+            expected=f"every process told world_size={nprocs}, the processes started",
+            happened=f"main is told world_size={told!r}",
+            fix=f"{where}: args=(world_size, ...)",
+        )
     epochs = call["bound"].get("epochs")
     if isinstance(epochs, int) and epochs < 2:
         return failed(
-            NAME, DATA, "at least 2 epochs, so that the run shows each epoch reshuffled",
-            f"epochs={epochs}", f"{where}: pass epochs=2 (or more)",
-        )  # fmt: skip
+            NAME,
+            stage=DATA,
+            expected="at least 2 epochs, so that the run shows each epoch reshuffled",
+            happened=f"epochs={epochs}",
+            fix=f"{where}: pass epochs=2 (or more)",
+        )
     return epochs
 
 
@@ -258,7 +284,7 @@ def _same_epoch(tree: ast.Module, lines: list[str], evidence: str) -> Result | N
     the call is still the line to look at. Otherwise the doctor's verdict
     stands (``None``).
     """
-    calls = _calls(tree, "set_epoch")
+    calls = calls_of(tree, "set_epoch")
     if "the same order" not in evidence or not calls:
         return None
     call = calls[0]
@@ -268,7 +294,7 @@ def _same_epoch(tree: ast.Module, lines: list[str], evidence: str) -> Result | N
         return None  # the doctor has found what the call does wrong
     repeats = re.search(r"the next (\d+) epoch", evidence)
     epochs = f"in each of the {int(repeats[1]) + 1} epochs" if repeats else "in every epoch"
-    where = _line(lines, call.lineno)
+    where = line_at(lines, call.lineno)
     if constant:
         happened = (
             f"rank 0 iterated the same order {epochs}: set_epoch is called ({where}), "
@@ -289,51 +315,58 @@ def _same_epoch(tree: ast.Module, lines: list[str], evidence: str) -> Result | N
             "It must be the loader's own sampler, told the epoch the loop is in"
         )
     return failed(
-        NAME, DATA, EXPECTED["data_division"], happened, hint,
+        NAME,
+        stage=DATA,
+        expected=EXPECTED["data_division"],
+        happened=happened,
+        fix=hint,
         answer="set_epoch(epoch) on the sampler the DataLoader was given (sampler=...), at "
         "the top of the loop over epochs, with that loop's variable",
-    )  # fmt: skip
+    )
 
 
 def _joined(got: list[dict], plan, lines: list[str], init_line: int | None) -> Result | None:
     """A Result if some rank's ``ddp_setup`` left it outside the group it should be in."""
-    where = _line(lines, init_line) or "ddp_setup"
+    where = line_at(lines, init_line) or "ddp_setup"
     for report in got:
         rank = report["rank"]
         if not report["initialized"]:
             return failed(
-                NAME, GROUP, "a process group after ddp_setup()",
-                f"rank {rank} had none", "ddp_setup: call init_process_group",
-            )  # fmt: skip
+                NAME,
+                stage=GROUP,
+                expected="a process group after ddp_setup()",
+                happened=f"rank {rank} had none",
+                fix="ddp_setup: call init_process_group",
+            )
         if (report["rank_in_group"], report["size_of_group"]) != (rank, plan.world_size):
             return failed(
-                NAME, GROUP, f"rank {rank} of {plan.world_size} in the group",
-                f"rank {report['rank_in_group']} of {report['size_of_group']}",
-                f"{where}: rank=rank, world_size=world_size",
-            )  # fmt: skip
+                NAME,
+                stage=GROUP,
+                expected=f"rank {rank} of {plan.world_size} in the group",
+                happened=f"rank {report['rank_in_group']} of {report['size_of_group']}",
+                fix=f"{where}: rank=rank, world_size=world_size",
+            )
         if report["backend"] != plan.backend:
             return failed(
-                NAME, GROUP, f"backend {plan.backend!r} ({plan.reason})",
-                f"backend {report['backend']!r}",
-                f'{where}: "nccl" when every rank has a GPU, "gloo" otherwise',
-            )  # fmt: skip
+                NAME,
+                stage=GROUP,
+                expected=f"backend {plan.backend!r} ({plan.reason})",
+                happened=f"backend {report['backend']!r}",
+                fix=f'{where}: "nccl" when every rank has a GPU, "gloo" otherwise',
+            )
         want = str(plan.device(rank))
         if report["device"] != want:
             return failed(
-                NAME, GROUP, f"ddp_setup to return rank {rank}'s device, {want}",
-                f"it returned {report['device']}",
-                "ddp_setup: a rank trains on a GPU of its own when every rank has one, else "
+                NAME,
+                stage=GROUP,
+                expected=f"ddp_setup to return rank {rank}'s device, {want}",
+                happened=f"it returned {report['device']}",
+                fix="ddp_setup: a rank trains on a GPU of its own when every rank has one, else "
                 "on the CPU; ddp_setup chooses that device, selects it, and returns it",
                 answer="device = device_for(rank, world_size); torch.cuda.set_device(device) "
                 "when it is a GPU; return device",
-            )  # fmt: skip
+            )
     return None
-
-
-def _first_line(tree: ast.Module, lines: list[str], *names: str) -> str:
-    """``line N: text`` of the first call of any of ``names``, or "" when there is none."""
-    calls = sorted((c for name in names for c in _calls(tree, name)), key=lambda c: c.lineno)
-    return _line(lines, calls[0].lineno) if calls else ""
 
 
 def _trains(file: str, tree: ast.Module, lines: list[str], epochs: int) -> Result | None:
@@ -355,50 +388,76 @@ def _trains(file: str, tree: ast.Module, lines: list[str], epochs: int) -> Resul
         rank = report["rank"]
         for number, step in enumerate(report["steps"], 1):
             where = f"at rank {rank}'s optimizer.step() number {number}"
-            if step["held"] < step["wrapped"]:
-                return failed(
-                    NAME, MODEL, "the optimizer to update the model DDP wraps",
-                    f"{where}, the optimizer held {step['held']} of the {step['wrapped']} "
-                    "parameter tensors of the model that DDP wrapped and that the loss came "
-                    "from: those it does not hold never change",
-                    (_first_line(tree, lines, *OPTIMIZERS) or "where the optimizer is built")
-                    + ": which model's parameters is it given, and is that the model that "
-                    "is wrapped and trained?",
-                )  # fmt: skip
-            if step["reference"] is None or step["grads"] is None:
-                continue
-            references = [
-                r["steps"][number - 1]["reference"] for r in got if len(r["steps"]) >= number
-            ]
-            if len(references) < len(got) or any(ref is None for ref in references):
-                continue
-            mean = sum(references) / len(references)
-            scale = float(mean.abs().max()) or 1.0
-            off = float((step["grads"] - mean).abs().max())
-            if off > GRADIENT_TOLERANCE * scale:
-                ratio = float(step["grads"] @ mean) / float(mean @ mean or 1.0)
-                return failed(
-                    NAME, MODEL,
-                    "the gradient of the mean loss of each rank's batch, averaged over the "
-                    "ranks (what DDP's all-reduce gives)",
-                    f"{where}, the gradients it stepped with were {ratio:.3g} times that "
-                    f"average, and differ from it by up to {off:.3g}",
-                    "the loss and the backward in main: DDP already averages the gradients "
-                    "over the ranks; is the loss scaled, or are gradients kept from an "
-                    "earlier step?",
-                )  # fmt: skip
+            wrong = _optimizer_holds_wrapped(step, where, tree, lines)
+            if wrong is None:
+                wrong = _reference_gradients(got, step, number, where)
+            if wrong is not None:
+                return wrong
+    return _rank_0_alone_logs(got, lines)
+
+
+def _optimizer_holds_wrapped(
+    step: dict, where: str, tree: ast.Module, lines: list[str]
+) -> Result | None:
+    """A failure if the optimizer held fewer parameter tensors than the model DDP wrapped."""
+    if step["held"] < step["wrapped"]:
+        return failed(
+            NAME,
+            stage=MODEL,
+            expected="the optimizer to update the model DDP wraps",
+            happened=f"{where}, the optimizer held {step['held']} of the {step['wrapped']} "
+            "parameter tensors of the model that DDP wrapped and that the loss came "
+            "from: those it does not hold never change",
+            fix=(first_call_at(tree, lines, *OPTIMIZERS) or "where the optimizer is built")
+            + ": which model's parameters is it given, and is that the model that "
+            "is wrapped and trained?",
+        )
+    return None
+
+
+def _reference_gradients(got: list[dict], step: dict, number: int, where: str) -> Result | None:
+    """A failure if a step's gradients differ from the ranks' reference gradients, averaged."""
+    if step["reference"] is None or step["grads"] is None:
+        return None
+    references = [r["steps"][number - 1]["reference"] for r in got if len(r["steps"]) >= number]
+    if len(references) < len(got) or any(ref is None for ref in references):
+        return None
+    mean = sum(references) / len(references)
+    scale = float(mean.abs().max()) or 1.0
+    off = float((step["grads"] - mean).abs().max())
+    if off > GRADIENT_TOLERANCE * scale:
+        ratio = float(step["grads"] @ mean) / float(mean @ mean or 1.0)
+        return failed(
+            NAME,
+            stage=MODEL,
+            expected="the gradient of the mean loss of each rank's batch, averaged over the "
+            "ranks (what DDP's all-reduce gives)",
+            happened=f"{where}, the gradients it stepped with were {ratio:.3g} times that "
+            f"average, and differ from it by up to {off:.3g}",
+            fix="the loss and the backward in main: DDP already averages the gradients "
+            "over the ranks; is the loss scaled, or are gradients kept from an "
+            "earlier step?",
+        )
+    return None
+
+
+def _rank_0_alone_logs(got: list[dict], lines: list[str]) -> Result | None:
+    """A failure if a rank other than 0 printed or logged a line."""
     if len(got) > 1:
         for report in got[1:]:
             if report["said"]:
                 line, text = report["said"][0]
-                at = _line(lines, line) or "a line outside the script"
+                at = line_at(lines, line) or "a line outside the script"
                 return failed(
-                    NAME, LOG, "the log printed by rank 0 alone",
-                    f"rank {report['rank']} printed or logged {len(report['said'])} line(s), "
+                    NAME,
+                    stage=LOG,
+                    expected="the log printed by rank 0 alone",
+                    happened=f"rank {report['rank']} printed or logged {len(report['said'])} "
+                        f"line(s), "
                     f"the first {text!r}, from {at}",
-                    "the line that prints: which rank runs it?",
+                    fix="the line that prints: which rank runs it?",
                     answer="print(...) under `if rank == 0:`",
-                )  # fmt: skip
+                )
     return None
 
 
@@ -417,12 +476,15 @@ def _released_after_error(
     )  # fmt: skip
     kept = [r["rank"] for r in got if not r["released"]]
     if kept:
-        where = _first_line(tree, lines, "destroy_process_group")
+        where = first_call_at(tree, lines, "destroy_process_group")
         return failed(
-            NAME, TEARDOWN, "the group released at the end, even after an error",
-            f"the check raised an error after rank {kept[0]}'s first optimizer.step(); main "
+            NAME,
+            stage=TEARDOWN,
+            expected="the group released at the end, even after an error",
+            happened=f"the check raised an error after rank {kept[0]}'s first "
+                f"optimizer.step(); main "
             f"ended with the error, and rank {kept[0]}'s group had not been released",
-            (where or "main") + ": does it run when training raises? (try: ... finally:)",
+            fix=(where or "main") + ": does it run when training raises? (try: ... finally:)",
             answer="the training inside try:, destroy_process_group() in its finally:",
-        )  # fmt: skip
+        )
     return None

@@ -33,9 +33,7 @@ FRESH_STORE = re.compile(r"\bTORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\b")
 
 def _restart_problems(text: str, max_restarts: object) -> list[str]:
     """What a job that allows restarts is missing: a fresh store for every round."""
-    commands = "\n".join(
-        line for line in text.splitlines() if not line.lstrip().startswith("#")
-    )
+    commands = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     if int(max_restarts or 0) == 0 or FRESH_STORE.search(commands):
         return []
     return [
@@ -81,10 +79,10 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
     if problems:
         return failed(
             NAME,
-            SPAWNING,
-            f"{path} to start {script} the way its worker expects",
-            "\n".join(f"- {p}" for p in problems),
-            "the lines named above",
+            stage=SPAWNING,
+            expected=f"{path} to start {script} the way its worker expects",
+            happened="\n".join(f"- {p}" for p in problems),
+            fix="the lines named above",
         )
     return passed(
         NAME,
@@ -147,10 +145,10 @@ def _torchrun_line(path: str | os.PathLike, text: str):
     if not calls:
         return failed(
             NAME,
-            SPAWNING,
-            "an 'srun torchrun ...' line",
-            f"{path} has no torchrun line",
-            "start the ranks with 'srun torchrun ...'",
+            stage=SPAWNING,
+            expected="an 'srun torchrun ...' line",
+            happened=f"{path} has no torchrun line",
+            fix="start the ranks with 'srun torchrun ...'",
         )
     words = calls[0]
     problems = []
@@ -162,9 +160,9 @@ def _torchrun_line(path: str | os.PathLike, text: str):
     except SystemExit:
         return failed(
             NAME,
-            SPAWNING,
-            "arguments torchrun accepts",
-            f"torchrun rejects its arguments: {said.getvalue().strip()}",
-            "the srun torchrun line",
+            stage=SPAWNING,
+            expected="arguments torchrun accepts",
+            happened=f"torchrun rejects its arguments: {said.getvalue().strip()}",
+            fix="the srun torchrun line",
         )
     return given, problems

@@ -59,71 +59,110 @@ def check_spawn(start: Callable, world_size: object) -> Result:
     plan = devices.plan()
     if base.is_stub(world_size):
         return not_attempted(name, "the world_size line")
+    wrong = _world_size_for_machine(name, plan, world_size)
+    if wrong is not None:
+        return wrong
+    got = _spawned(name, plan, start, world_size)
+    if isinstance(got, Result):
+        return got
+    ranks = [r["rank"] for r in got]
+    wrong = _one_process_per_rank(name, plan, ranks)
+    if wrong is None:
+        wrong = _told_world_size(name, got, world_size)
+    if wrong is not None:
+        return wrong
+    return passed(name, f"ranks {ranks} each started once, all told world_size={world_size}.")
+
+
+def _world_size_for_machine(name: str, plan, world_size: object) -> Result | None:
+    """A failure if the learner's world size is not one process per device on this machine."""
     if world_size != plan.world_size:
         return failed(
             name,
-            SPAWNING,
-            f"world_size = {plan.world_size}: one process per device on this machine "
+            stage=SPAWNING,
+            expected=f"world_size = {plan.world_size}: one process per device on this machine "
             f"({plan.reason})",
-            f"world_size = {world_size!r}"
+            happened=f"world_size = {world_size!r}"
             + (" (torch.cuda.device_count() is 0 without GPUs)" if world_size == 0 else ""),
-            "the world_size line: torch.cuda.device_count() where there are 2 GPUs or "
+            fix="the world_size line: torch.cuda.device_count() where there are 2 GPUs or "
             "more, else 2 CPU processes (DDP_LESSON_WORLD_SIZE asks this course for another)",
         )
+    return None
+
+
+def _spawned(name: str, plan, start: Callable, world_size: object) -> list[dict] | Result:
+    """Run the learner's ``start`` around a probe and return the ranks' reports, or its failure."""
     try:
         with launch.bounded(plan.world_size, timeout_s=base.CHECK_TIMEOUT_S) as run:
             start(probes.report_rank, world_size, run.port)
     except NotImplementedError:
         return not_attempted(name, "start()")
     except launch.LaunchError as error:
-        text = str(error)
-        if "positional argument" in text:
-            return failed(
-                name,
-                SPAWNING,
-                "main(rank, world_size, port) called with rank supplied by mp.spawn",
-                quote(error),
-                "the mp.spawn call: args=(world_size, port) holds only what follows rank",
-            )
-        if "no process was started" in text:
-            return failed(
-                name,
-                SPAWNING,
-                reports.counted(plan.world_size, "process", "processes"),
-                "no process was started (nprocs=0 starts nothing, silently)",
-                "the mp.spawn call: nprocs=world_size",
-            )
-        return failed(
-            name, SPAWNING, "every rank to run main", quote(error),
-            "start(): how are the processes started, and with which arguments?",
-        )  # fmt: skip
+        return _launch_failure(name, plan, error)
     except Exception as error:  # learner code: report it, never a traceback wall
         return failed(
             name,
-            SPAWNING,
-            "start() to run without an error",
-            quote(error),
-            "the body of start(): one call to mp.spawn",
+            stage=SPAWNING,
+            expected="start() to run without an error",
+            happened=quote(error),
+            fix="the body of start(): one call to mp.spawn",
         )
-    ranks = [r["rank"] for r in run.reports]
+    return run.reports
+
+
+def _launch_failure(name: str, plan, error: launch.LaunchError) -> Result:
+    """The failure for a launch by ``start`` that raised: wrong arguments, no process, or other."""
+    text = str(error)
+    if "positional argument" in text:
+        return failed(
+            name,
+            stage=SPAWNING,
+            expected="main(rank, world_size, port) called with rank supplied by mp.spawn",
+            happened=quote(error),
+            fix="the mp.spawn call: args=(world_size, port) holds only what follows rank",
+        )
+    if "no process was started" in text:
+        return failed(
+            name,
+            stage=SPAWNING,
+            expected=reports.counted(plan.world_size, "process", "processes"),
+            happened="no process was started (nprocs=0 starts nothing, silently)",
+            fix="the mp.spawn call: nprocs=world_size",
+        )
+    return failed(
+        name,
+        stage=SPAWNING,
+        expected="every rank to run main",
+        happened=quote(error),
+        fix="start(): how are the processes started, and with which arguments?",
+    )
+
+
+def _one_process_per_rank(name: str, plan, ranks: list[int]) -> Result | None:
+    """A failure if the ranks reported are not 0 to world_size - 1, one process each."""
     expected = list(range(plan.world_size))
     if ranks != expected:
         return failed(
             name,
-            SPAWNING,
-            f"ranks {expected}, one process each",
-            f"ranks {ranks} reported",
-            "start(): how many processes does it start, and is each given a rank of its own?",
+            stage=SPAWNING,
+            expected=f"ranks {expected}, one process each",
+            happened=f"ranks {ranks} reported",
+            fix="start(): how many processes does it start, and is each given a rank of its own?",
         )
-    if {r["world_size"] for r in run.reports} != {world_size}:
+    return None
+
+
+def _told_world_size(name: str, got: list[dict], world_size: object) -> Result | None:
+    """A failure if some rank was told another world size than the learner's."""
+    if {r["world_size"] for r in got} != {world_size}:
         return failed(
             name,
-            SPAWNING,
-            f"every rank told world_size={world_size}",
-            f"ranks were told {[r['world_size'] for r in run.reports]}",
-            "start(): what is each process told as its world size?",
+            stage=SPAWNING,
+            expected=f"every rank told world_size={world_size}",
+            happened=f"ranks were told {[r['world_size'] for r in got]}",
+            fix="start(): what is each process told as its world size?",
         )
-    return passed(name, f"ranks {ranks} each started once, all told world_size={world_size}.")
+    return None
 
 
 # -- stage 2: connecting processes ------------------------------------------------
@@ -150,65 +189,80 @@ def check_process_group(path: str | Path, *, reveal: bool = False) -> Result:
     )  # fmt: skip
     expected_total = sum(rank + 1 for rank in range(plan.world_size))
     for report in got:
-        rank = report["rank"]
-        if not report["initialized"]:
-            return failed(
-                name,
-                GROUP,
-                "a process group after ddp_setup()",
-                f"rank {rank} had no group",
-                "ddp_setup: call init_process_group",
-            )
-        if (report["rank_in_group"], report["size_of_group"]) != (rank, plan.world_size):
-            return failed(
-                name,
-                GROUP,
-                f"rank {rank} of {plan.world_size} in the group",
-                f"rank {report['rank_in_group']} of {report['size_of_group']}",
-                "ddp_setup: which rank and world size is init_process_group given?",
-                answer="init_process_group(backend, rank=rank, world_size=world_size)",
-            )
-        if report["met_at"] is not None and report["met_at"] != report["given_port"]:
-            return failed(
-                name,
-                GROUP,
-                "the group to meet at the port ddp_setup is given",
-                f"rank {rank}'s group met at port {report['met_at']}, not at the port "
-                "ddp_setup was given",
-                "ddp_setup: where does the port the group meets at come from? A port written "
-                "into the file is busy as soon as two runs share the machine",
-                answer='os.environ["MASTER_PORT"] = str(port)',
-            )
-        if report["backend"] != plan.backend:
-            return failed(
-                name,
-                GROUP,
-                f"backend {plan.backend!r}",
-                f"backend {report['backend']!r}",
-                'ddp_setup: "nccl" with GPUs, "gloo" without',
-            )
-        if report["total"] != expected_total:
-            return failed(
-                name,
-                GROUP,
-                f"all_reduce sum {expected_total}",
-                f"{report['total']}",
-                "ddp_setup: every rank must join one group",
-            )
-        if report["after_cleanup"]:
-            return failed(
-                name,
-                TEARDOWN,
-                "no group after cleanup()",
-                f"rank {rank}'s group was still initialized",
-                "cleanup: the group each rank joined must be released before it ends",
-                answer="destroy_process_group()",
-            )
+        wrong = _in_the_group(name, plan, report)
+        if wrong is None:
+            wrong = _group_summed_and_released(name, plan, report, expected_total)
+        if wrong is not None:
+            return wrong
     return passed(
         name,
         f"{plan.world_size} ranks joined one {plan.backend} group, summed to {expected_total:g}, "
         "and released it.",
     )
+
+
+def _in_the_group(name: str, plan, report: dict) -> Result | None:
+    """A failure if a rank's ``ddp_setup`` left it out of its place in the group or its port."""
+    rank = report["rank"]
+    if not report["initialized"]:
+        return failed(
+            name,
+            stage=GROUP,
+            expected="a process group after ddp_setup()",
+            happened=f"rank {rank} had no group",
+            fix="ddp_setup: call init_process_group",
+        )
+    if (report["rank_in_group"], report["size_of_group"]) != (rank, plan.world_size):
+        return failed(
+            name,
+            stage=GROUP,
+            expected=f"rank {rank} of {plan.world_size} in the group",
+            happened=f"rank {report['rank_in_group']} of {report['size_of_group']}",
+            fix="ddp_setup: which rank and world size is init_process_group given?",
+            answer="init_process_group(backend, rank=rank, world_size=world_size)",
+        )
+    if report["met_at"] is not None and report["met_at"] != report["given_port"]:
+        return failed(
+            name,
+            stage=GROUP,
+            expected="the group to meet at the port ddp_setup is given",
+            happened=f"rank {rank}'s group met at port {report['met_at']}, not at the port "
+            "ddp_setup was given",
+            fix="ddp_setup: where does the port the group meets at come from? A port written "
+            "into the file is busy as soon as two runs share the machine",
+            answer='os.environ["MASTER_PORT"] = str(port)',
+        )
+    return None
+
+
+def _group_summed_and_released(name: str, plan, report: dict, expected_total: int) -> Result | None:
+    """A failure if a rank's group has another backend, sums wrong, or outlives cleanup()."""
+    if report["backend"] != plan.backend:
+        return failed(
+            name,
+            stage=GROUP,
+            expected=f"backend {plan.backend!r}",
+            happened=f"backend {report['backend']!r}",
+            fix='ddp_setup: "nccl" with GPUs, "gloo" without',
+        )
+    if report["total"] != expected_total:
+        return failed(
+            name,
+            stage=GROUP,
+            expected=f"all_reduce sum {expected_total}",
+            happened=f"{report['total']}",
+            fix="ddp_setup: every rank must join one group",
+        )
+    if report["after_cleanup"]:
+        return failed(
+            name,
+            stage=TEARDOWN,
+            expected="no group after cleanup()",
+            happened=f"rank {report['rank']}'s group was still initialized",
+            fix="cleanup: the group each rank joined must be released before it ends",
+            answer="destroy_process_group()",
+        )
+    return None
 
 
 # -- stage 4: synchronising the model ------------------------------------------------
@@ -230,53 +284,15 @@ def check_wrap(path: str | Path, *, reveal: bool = False) -> Result:
         name, path, probes.model_wrap, "wrap()", stage=MODEL, expected="wrap() to run",
         fix="wrap: the line the error names", explain=_cpu_device_ids,
     )  # fmt: skip
-    for report in got:
-        want = str(plan.device(report["rank"]))
-        if report["device"] != want:
-            return failed(
-                name,
-                MODEL,
-                f"rank {report['rank']}'s model on {want}",
-                f"on {report['device']}",
-                "wrap: the model must be on the rank's device before DDP wraps it",
-                answer="model = model.to(device), before DDP(...)",
-            )
-    gap = reports.max_abs_difference([r["grads"] for r in got])
-    plain = [r for r in got if not r["is_ddp"]]
-    if plain and gap > SAME:
-        return failed(
-            name,
-            MODEL,
-            "a model whose gradients DDP averages over the ranks",
-            f"wrap returned a {plain[0]['wrapper']} on rank {plain[0]['rank']}, not a "
-            f"DistributedDataParallel; after one backward the ranks' gradients differ by up "
-            f"to {gap:.3g}",
-            "wrap's return: what it returns is what trains, and only DDP's wrapper averages "
-            "the gradients",
-            answer="return DDP(model) (device_ids=[rank] on a GPU), after moving it to the device",
-        )
-    for key, what in (("params", "weights"), ("grads", "gradients")):
-        gap = reports.max_abs_difference([r[key] for r in got])
-        if gap > SAME:
-            return failed(
-                name,
-                MODEL,
-                f"identical {what} on every rank",
-                f"{what} differ between ranks by up to {gap:.3g}",
-                "wrap: what does it return, and is that what DDP wrapped?",
-            )
-    for report in got:
-        off = float((report["grads"] - report["reference"]).abs().max())
-        if off > NEAR:
-            return failed(
-                name,
-                MODEL,
-                "the gradients of rank 0's starting weights, averaged over the ranks' batches",
-                f"rank {report['rank']}'s gradients are equal on every rank but differ from "
-                f"that average by up to {off:.3g}",
-                "wrap: is the model DDP wraps the one that was given, and are the gradients "
-                "changed after the all-reduce?",
-            )
+    wrong = _on_their_devices(name, plan, got)
+    if wrong is None:
+        wrong = _averaged_by_ddp(name, got)
+    if wrong is None:
+        wrong = _same_on_every_rank(name, got)
+    if wrong is None:
+        wrong = _near_reference(name, got)
+    if wrong is not None:
+        return wrong
     return passed(
         name,
         f"{plan.world_size} ranks with different starting weights ended "
@@ -284,13 +300,84 @@ def check_wrap(path: str | Path, *, reveal: bool = False) -> Result:
     )
 
 
+def _on_their_devices(name: str, plan, got: list[dict]) -> Result | None:
+    """A failure if some rank's wrapped model is not on that rank's device."""
+    for report in got:
+        want = str(plan.device(report["rank"]))
+        if report["device"] != want:
+            return failed(
+                name,
+                stage=MODEL,
+                expected=f"rank {report['rank']}'s model on {want}",
+                happened=f"on {report['device']}",
+                fix="wrap: the model must be on the rank's device before DDP wraps it",
+                answer="model = model.to(device), before DDP(...)",
+            )
+    return None
+
+
+def _averaged_by_ddp(name: str, got: list[dict]) -> Result | None:
+    """A failure if ``wrap`` returned no DDP model and the ranks' gradients differ."""
+    gap = reports.max_abs_difference([r["grads"] for r in got])
+    plain = [r for r in got if not r["is_ddp"]]
+    if plain and gap > SAME:
+        return failed(
+            name,
+            stage=MODEL,
+            expected="a model whose gradients DDP averages over the ranks",
+            happened=f"wrap returned a {plain[0]['wrapper']} on rank {plain[0]['rank']}, not a "
+            f"DistributedDataParallel; after one backward the ranks' gradients differ by up "
+            f"to {gap:.3g}",
+            fix="wrap's return: what it returns is what trains, and only DDP's wrapper averages "
+            "the gradients",
+            answer="return DDP(model) (device_ids=[rank] on a GPU), after moving it to the device",
+        )
+    return None
+
+
+def _same_on_every_rank(name: str, got: list[dict]) -> Result | None:
+    """A failure if the weights or the gradients differ between ranks by more than SAME."""
+    for key, what in (("params", "weights"), ("grads", "gradients")):
+        gap = reports.max_abs_difference([r[key] for r in got])
+        if gap > SAME:
+            return failed(
+                name,
+                stage=MODEL,
+                expected=f"identical {what} on every rank",
+                happened=f"{what} differ between ranks by up to {gap:.3g}",
+                fix="wrap: what does it return, and is that what DDP wrapped?",
+            )
+    return None
+
+
+def _near_reference(name: str, got: list[dict]) -> Result | None:
+    """A failure if some rank's gradients differ from the reference's by more than NEAR."""
+    for report in got:
+        off = float((report["grads"] - report["reference"]).abs().max())
+        if off > NEAR:
+            return failed(
+                name,
+                stage=MODEL,
+                expected="the gradients of rank 0's starting weights, averaged over the ranks' "
+                    "batches",
+                happened=f"rank {report['rank']}'s gradients are equal on every rank but "
+                    f"differ from "
+                f"that average by up to {off:.3g}",
+                fix="wrap: is the model DDP wraps the one that was given, and are the gradients "
+                "changed after the all-reduce?",
+            )
+    return None
+
+
 def _cpu_device_ids(error: BaseException) -> Result | None:
     """check_wrap's failure for DDP(model, device_ids=...) around a model on the CPU."""
     if not ("device_ids" in str(error) and "CPU modules" in str(error)):
         return None
     return failed(
-        "check_wrap", MODEL, "DDP(model) for a model on the CPU",
-        "DDP refused device_ids for a CPU module",
-        "wrap: device_ids names the GPU a model is on; a model on the CPU has none",
+        "check_wrap",
+        stage=MODEL,
+        expected="DDP(model) for a model on the CPU",
+        happened="DDP refused device_ids for a CPU module",
+        fix="wrap: device_ids names the GPU a model is on; a model on the CPU has none",
         answer="DDP(model, device_ids=[rank]) only when device.type == 'cuda', else DDP(model)",
-    )  # fmt: skip
+    )

@@ -49,12 +49,13 @@ def check_stop_together(path: str | Path, *, reveal: bool = False) -> Result:
         if not re.search(r"Connection (closed|reset) by peer", str(error)):
             return None
         return failed(
-            name, GROUP,
+            name,
+            stage=GROUP,
             expected="every rank calling the same collective at every step",
             happened="a rank waited in a collective until its partners, which had not called "
             "it, finished their steps and left the group",
             fix="does every rank call the same collective at every step, whatever its own flag?",
-        )  # fmt: skip
+        )
 
     got = launch_checked(
         name, path, probes.stop_flag, "stop_everywhere()", stage=GROUP,
@@ -88,22 +89,24 @@ def _case_wrong(
     if len(set(stops.values())) > 1:
         said = "; ".join(f"rank {r} {_would(s)}" for r, s in sorted(stops.items()))
         return failed(
-            name, GROUP,
+            name,
+            stage=GROUP,
             expected=f"with {_raised(raise_at)}: the same answer on every rank",
             happened=said,
             fix="each rank decided from its own flag: what makes every rank see the others' "
             "flags before it decides?",
             answer="all_reduce(flag, op=ReduceOp.MAX) on a tensor holding this rank's flag",
-        )  # fmt: skip
+        )
     stop = next(iter(stops.values()))
     if stop == right:
         return None
     return failed(
-        name, GROUP,
+        name,
+        stage=GROUP,
         expected=f"with {_raised(raise_at)}: every rank stopping at the first step any flag "
         "is up" + ("" if up else ", that is never"),
         happened=f"every rank {_would(stop)}",
         fix="which ranks' flags does the answer combine, and how? One raised flag on any rank "
         "must be enough, and no flag must mean no stop",
         answer="all_reduce(flag, op=ReduceOp.MAX), then stop if the result is 1",
-    )  # fmt: skip
+    )

@@ -50,6 +50,8 @@ class TrainReport(TypedDict):
     params: torch.Tensor
 
 
+#: What this rank's torch.save and torch.load calls did, noted by the hooks the
+#: probe puts on them (torch calls those with no argument to carry it).
 _seen: dict = {"saves": 0, "loads": []}
 
 

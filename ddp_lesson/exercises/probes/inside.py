@@ -163,22 +163,12 @@ def hooked_training(rank: int, world_size: int, port: int, path: str, steps: int
             ``finish(model, pending)``.
         steps: training steps.
     """
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from ...devices import ddp_device_ids
-    from ...models import NeuralNetwork, flat_gradients, flat_parameters
+    from ...models import flat_parameters
 
     device = group.join(rank, world_size, port)
     watch = None
     try:
-        torch.manual_seed(0)
-        rank0_start = flat_parameters(NeuralNetwork())  # what rank 0 builds below
-        torch.manual_seed(rank)  # every rank starts from weights of its own
-        model = NeuralNetwork().to(device)
-        model.register_buffer("seen", torch.full((4,), float(rank), device=device))
-        torch.manual_seed(rank)
-        reference = DDP(NeuralNetwork().to(device), device_ids=ddp_device_ids(device))
+        rank0_start, model, reference = _models(rank, device)
         watch = _Watch(path, model)
         worker = load(path)  # after the watch: its imports see the watched all_reduce
         worker.broadcast_parameters(model)
@@ -186,30 +176,9 @@ def hooked_training(rank: int, world_size: int, port: int, path: str, steps: int
         start_gap = group.across_ranks(start)
         buffer_gap = group.across_ranks(model.seen.detach().clone())
         pending = worker.attach_hooks(model)
-        optimizers = [
-            torch.optim.SGD(model.parameters(), lr=0.1),
-            torch.optim.SGD(reference.parameters(), lr=0.1),
-        ]
-        calls, grad_gap, summed_gap, held = [], [], [], []
-        for step in range(steps):
-            watch.step = step
-            features, labels = _batch(step, rank, world_size, device)
-            for optimizer in optimizers:
-                optimizer.zero_grad()
-            first = len(watch.calls)
-            watch.in_backward = True
-            F.cross_entropy(model(features), labels).backward()
-            watch.in_backward = False
-            worker.finish(model, pending)
-            calls.append([dict(c) for c in watch.calls[first:]])  # as they were at the step
-            held.append(_length(pending))
-            mine = flat_gradients(model)
-            F.cross_entropy(reference(features), labels).backward()
-            ddp = flat_gradients(reference)
-            grad_gap.append(float((mine - ddp).abs().max()))
-            summed_gap.append(float((mine - world_size * ddp).abs().max()))
-            for optimizer in optimizers:
-                optimizer.step()
+        calls, grad_gap, summed_gap, held = _train(
+            worker, model, reference, pending, watch, steps, rank, world_size, device
+        )
         param_gap = float((flat_parameters(model) - flat_parameters(reference)).abs().max())
         _send(
             HooksReport(
@@ -232,3 +201,81 @@ def hooked_training(rank: int, world_size: int, port: int, path: str, steps: int
         if watch is not None:
             watch.restore()
         group.leave()
+
+
+def _models(
+    rank: int, device: torch.device
+) -> tuple[torch.Tensor, torch.nn.Module, torch.nn.Module]:
+    """Build the learner's model and its DDP reference from this rank's seed, and rank 0's start.
+
+    Returns:
+        rank 0's starting parameters (flat), the model the learner's code
+        trains (with a buffer that holds the rank) and a ``DDP`` model that
+        starts from the same weights.
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ...devices import ddp_device_ids
+    from ...models import NeuralNetwork, flat_parameters
+
+    torch.manual_seed(0)
+    rank0_start = flat_parameters(NeuralNetwork())  # what rank 0 builds below
+    torch.manual_seed(rank)  # every rank starts from weights of its own
+    model = NeuralNetwork().to(device)
+    model.register_buffer("seen", torch.full((4,), float(rank), device=device))
+    torch.manual_seed(rank)
+    reference = DDP(NeuralNetwork().to(device), device_ids=ddp_device_ids(device))
+    return rank0_start, model, reference
+
+
+def _train(
+    worker,
+    model: torch.nn.Module,
+    reference: torch.nn.Module,
+    pending: object,
+    watch: _Watch,
+    steps: int,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> tuple[list[list[AllReduceCall]], list[float], list[float], list[int | None]]:
+    """Train the learner's model and the DDP reference side by side on this rank's batches.
+
+    Args:
+        worker: the learner's loaded file; ``finish(model, pending)`` runs
+            after each backward.
+        pending: what the learner's ``attach_hooks`` returned.
+
+    Returns:
+        per step, as :class:`HooksReport` names them: ``calls``,
+        ``grad_gap``, ``summed_gap`` and ``held``.
+    """
+    import torch.nn.functional as F
+
+    from ...models import flat_gradients
+
+    optimizers = [
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        torch.optim.SGD(reference.parameters(), lr=0.1),
+    ]
+    calls, grad_gap, summed_gap, held = [], [], [], []
+    for step in range(steps):
+        watch.step = step
+        features, labels = _batch(step, rank, world_size, device)
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        first = len(watch.calls)
+        watch.in_backward = True
+        F.cross_entropy(model(features), labels).backward()
+        watch.in_backward = False
+        worker.finish(model, pending)
+        calls.append([dict(c) for c in watch.calls[first:]])  # as they were at the step
+        held.append(_length(pending))
+        mine = flat_gradients(model)
+        F.cross_entropy(reference(features), labels).backward()
+        ddp = flat_gradients(reference)
+        grad_gap.append(float((mine - ddp).abs().max()))
+        summed_gap.append(float((mine - world_size * ddp).abs().max()))
+        for optimizer in optimizers:
+            optimizer.step()
+    return calls, grad_gap, summed_gap, held

@@ -44,7 +44,13 @@ class SetupReport(TypedDict):
     set_before_group: list[str]  # the set_device calls made before init_process_group
 
 
-_seen: dict = {"asked_backend": None, "set_device": [], "set_before_group": []}
+#: What this rank asked of init_process_group and set_device, noted by the probe's
+#: replacements of them (torch calls those with no argument to carry it).
+_seen: dict = {"asked_backend": None, "set_device": [], "set_before_group": [], "port": None}
+
+#: What the probe raises when the group is told to meet elsewhere than at the port
+#: main was given (the launch hosts the meeting there: elsewhere, nobody would come).
+PORT_MISMATCH = "the group was told to meet at port {met}, not at the port main was given"
 
 
 def _observe(rank: int, worker, node: int) -> None:
@@ -86,6 +92,9 @@ def _record_backend() -> None:
     def init_process_group(backend=None, *args, **kwargs):
         _seen["asked_backend"] = None if backend is None else str(backend)
         _seen["set_before_group"] = list(_seen["set_device"])  # the order the calls came in
+        met = _meeting_port(kwargs.get("init_method"))
+        if _seen["port"] is not None and met is not None and met != _seen["port"]:
+            raise RuntimeError(PORT_MISMATCH.format(met=met))
         if not torch.cuda.is_available() or _simulated():
             backend = "gloo"  # the GPUs are simulated, or there are none
             kwargs.pop("device_id", None)  # a simulated GPU cannot be bound
@@ -95,6 +104,17 @@ def _record_backend() -> None:
     torch_hooks.wrap(where, lambda torch_init: init_process_group)
 
 
+def _meeting_port(init_method: object) -> int | None:
+    """The port a group joined with ``init_method`` (or the environment) meets at, if told."""
+    if isinstance(init_method, str) and init_method.startswith("tcp://"):
+        tail = init_method.removeprefix("tcp://").split("?")[0].rsplit(":", 1)[-1]
+        return int(tail) if tail.isdigit() else None
+    if init_method in (None, "env://"):
+        return _number("MASTER_PORT")
+    return None
+
+
+#: How many GPUs this rank's stand-ins pretend to have (set once, read by the stand-ins).
 _state = {"gpus": 0}
 
 
@@ -123,6 +143,7 @@ def spawned(rank: int, world_size: int, port: int, path: str) -> None:
     _record_backend()
     worker = load(path)
     worker.run_rank = lambda *args, **kwargs: _observe(rank, worker, node=0)
+    _seen["port"] = port
     worker.main(rank, world_size, port)
 
 

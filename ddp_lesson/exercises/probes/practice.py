@@ -66,6 +66,7 @@ class SeedsReport(TypedDict):
     indices: list[int]
     noise: list[float]
     again: list[float]
+    reordered: list[int]  # the indices from a loader built with the next seed
 
 
 def _send(report: dict) -> None:
@@ -155,7 +156,8 @@ class Jittered(Dataset):
 
 
 def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
-    """Build the learner's loader twice; report the indices and the noise of one epoch each."""
+    """Build the learner's loader three times (``seed``, ``seed`` again, ``seed + 1``); report
+    the indices and the noise of one epoch each."""
     import multiprocessing
 
     # a rank forked from the warm server starts processes the server's way
@@ -169,7 +171,7 @@ def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
     try:
         torch.manual_seed(0)  # what a script does first, the same on every rank
 
-        def one_epoch() -> tuple[list[int], list[float]]:
+        def one_epoch(seed: int) -> tuple[list[int], list[float]]:
             loader = worker.make_loader(Jittered(SEEDS_SIZE), rank, world_size, seed)
             indices, noise = [], []
             for index, jitter in loader:
@@ -177,9 +179,14 @@ def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
                 noise += [round(float(n), 6) for n in jitter]
             return indices, noise
 
-        indices, noise = one_epoch()
-        _, again = one_epoch()
-        _send(SeedsReport(rank=rank, indices=indices, noise=noise, again=again))
+        indices, noise = one_epoch(seed)
+        _, again = one_epoch(seed)
+        reordered, _ = one_epoch(seed + 1)
+        _send(
+            SeedsReport(
+                rank=rank, indices=indices, noise=noise, again=again, reordered=reordered
+            )
+        )
     finally:
         group.leave()
 

@@ -25,16 +25,16 @@ def cases(world_size: int) -> list[list[int | None]]:
     """The step at which each rank raises its flag (``None``: never), one list per case.
 
     One rank (the last) alone; two ranks at different steps, the later one
-    first in rank order; none at all.
+    first in rank order; every rank at the same step; none at all.
 
     >>> cases(3)
-    [[None, None, 3], [4, None, 1], [None, None, None]]
+    [[None, None, 3], [4, None, 1], [2, 2, 2], [None, None, None]]
     """
     last = world_size - 1
     alone = [3 if rank == last else None for rank in range(world_size)]
     several = [1 if rank == last else None for rank in range(world_size)]
     several[0] = 4 if last > 0 else 1
-    return [alone, several, [None] * world_size]
+    return [alone, several, [2] * world_size, [None] * world_size]
 
 
 class StopReport(TypedDict):

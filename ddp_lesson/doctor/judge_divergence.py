@@ -1,0 +1,218 @@
+"""Why the ranks' parameters parted: the first event of the model's timeline where they differ.
+
+Each rank records its DDP models' timeline (``ProcessRecord.model_events``):
+the wrap, each forward pass through DDP, each backward pass, the moments
+before and after each optimiser step, and the loads and clips in between,
+each with the sum of the wrapped parameters and of their gradients. DDP
+keeps those sums equal on every rank, so the first moment where they differ
+says what parted the ranks, and the events just before it say who did it:
+
+* parameters apart before a forward pass: something changed them after the
+  last step (or the wrap) on some ranks only (a load, an edit by hand);
+* gradients apart before a step, equal after backward: something changed
+  them in between on some ranks only (a clip);
+* both equal before a step, parameters apart after it: the ranks'
+  optimisers differ (their settings, or their state).
+
+Gradients apart right after backward are DDP's averaging not reaching them,
+which :mod:`.judge_model` explains from the forward passes and the tensors
+outside the module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .judge_evidence import ranks_text
+from .record import ProcessRecord
+
+#: The events every rank passes through in the same order while it trains in step.
+IN_STEP = ("wrap", "forward", "backward", "before_step", "step")
+
+#: Relative differences up to this count as equal (as :data:`.judge_model.TOLERANCE`).
+TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Cause:
+    """What parted the ranks' parameters, and the learner's line that did it."""
+
+    text: str
+    line: int | None
+
+
+def rank_of(r: ProcessRecord) -> int:
+    """The rank a process told the group, else its process number."""
+    return r.claimed_rank if r.claimed_rank is not None else r.index
+
+
+def apart(values: list[float]) -> bool:
+    """Whether the ranks' sums differ by more than :data:`TOLERANCE`, relative."""
+    return (max(values) - min(values)) / max(1.0, max(abs(v) for v in values)) > TOLERANCE
+
+
+def changed(before: float, after: float) -> bool:
+    """Whether one rank's sum changed between two of its events."""
+    return apart([before, after])
+
+
+def timelines(ranks: list[ProcessRecord]) -> list[list[tuple[int, dict]]]:
+    """Each rank's in-step events, with each one's place in the rank's whole timeline."""
+    return [[(i, e) for i, e in enumerate(r.model_events) if e["event"] in IN_STEP] for r in ranks]
+
+
+def first_parting(ranks: list[ProcessRecord]) -> int | None:
+    """The index of the first in-step event where the ranks' sums differ, if any."""
+    lines = timelines(ranks)
+    for k in range(min(len(t) for t in lines)):
+        events = [t[k][1] for t in lines]
+        if len({e["event"] for e in events}) > 1:
+            return None  # the ranks did different things: nothing to compare by position
+        if apart([e["params"] for e in events]):
+            return k
+        if events[0]["event"] in ("backward", "before_step") and apart(
+            [e["grads"] for e in events]
+        ):
+            return k
+    return None
+
+
+def between(rank: ProcessRecord, start: int, end: int, event: str) -> list[dict]:
+    """The rank's ``event`` entries after its timeline's place ``start`` and before ``end``."""
+    return [e for e in rank.model_events[start + 1 : end] if e["event"] == event]
+
+
+def parting_cause(ranks: list[ProcessRecord]) -> Cause | None:
+    """Why the ranks' parameters parted, as their timelines show it; None when they cannot say."""
+    if len(ranks) < 2 or not all(r.model_events for r in ranks):
+        return None
+    k = first_parting(ranks)
+    if k is None or k == 0:
+        return None
+    lines = timelines(ranks)
+    kind = lines[0][k][1]["event"]
+    spans = [(t[k - 1][0], t[k][0]) for t in lines]
+    before = [t[k - 1][1] for t in lines]
+    now = [t[k][1] for t in lines]
+    if kind == "forward" and apart([e["params"] for e in now]):
+        return _changed_parameters(ranks, spans, before, now)
+    if kind == "before_step":
+        return _changed_gradients(ranks, spans, before, now)
+    if kind == "step":
+        return _stepped_apart([rank_of(r) for r in ranks], before, now)
+    return None
+
+
+def _changed_parameters(ranks, spans, before, now) -> Cause:
+    """Parameters apart before a forward pass: a load or an edit on some ranks only."""
+    loads = [between(r, *span, "load") for r, span in zip(ranks, spans, strict=True)]
+    loaded = [rank_of(r) for r, own in zip(ranks, loads, strict=True) if own]
+    after = (
+        "after DDP(...) had wrapped it"
+        if before[0]["event"] == "wrap"
+        else (f"after the optimiser step at line {before[0]['line']}")
+    )
+    if loaded and len(loaded) < len(ranks):
+        line = next(own[0]["line"] for own in loads if own)
+        others = [rank_of(r) for r, own in zip(ranks, loads, strict=True) if not own]
+        return Cause(
+            f"{ranks_text(loaded)} loaded a state dict into the model (line {line}) "
+            f"{after}, and {ranks_text(others)} did not, so the ranks went on from "
+            "different weights: DDP copies rank 0's parameters to the others only when "
+            "it wraps the model. Load on every rank (map_location to each rank's device), "
+            "or load before DDP(...)",
+            line,
+        )
+    movers = [
+        rank_of(r)
+        for r, b, n in zip(ranks, before, now, strict=True)
+        if changed(b["params"], n["params"])
+    ]
+    line = now[0]["line"]
+    who = ranks_text(movers) if movers else "the ranks"
+    return Cause(
+        f"{who} changed the model's parameters {after} and before the next forward pass "
+        f"(line {line}), outside the optimiser's step, and the other ranks did not (or not "
+        "the same way): DDP averages gradients, not parameters, so a change made on one "
+        "rank stays on that rank. Make such a change on every rank, or through the "
+        "optimiser",
+        before[0]["line"] if before[0]["event"] == "step" else line,
+    )
+
+
+def _changed_gradients(ranks, spans, before, now) -> Cause | None:
+    """Gradients apart before a step, equal after backward: a clip on some ranks only."""
+    if apart([e["grads"] for e in before]):
+        return None  # apart since backward: DDP's averaging, judged elsewhere
+    clips = [between(r, *span, "clip") for r, span in zip(ranks, spans, strict=True)]
+    step = now[0]["line"]
+    if any(clips):
+        clipped = [rank_of(r) for r, own in zip(ranks, clips, strict=True) if own]
+        first = next(own[0] for own in clips if own)
+        if len(clipped) < len(ranks):
+            others = [rank_of(r) for r, own in zip(ranks, clips, strict=True) if not own]
+            did = (
+                f"{ranks_text(clipped)} clipped its gradients ({first['call']} at line "
+                f"{first['line']}) and {ranks_text(others)} did not"
+            )
+        else:
+            limits = ", ".join(
+                f"rank {rank_of(r)} {own[0]['limit']:g}"
+                for r, own in zip(ranks, clips, strict=True)
+            )
+            did = (
+                f"the ranks clipped their gradients with different limits ({limits}; "
+                f"{first['call']} at line {first['line']})"
+            )
+        return Cause(
+            f"{did}, so the averaged gradients, equal after backward, differed at "
+            f"optimizer.step() (line {step}). Clip on every rank with the same limit: the "
+            "gradients are already averaged then, so the same clip keeps the ranks in step",
+            first["line"],
+        )
+    movers = [
+        rank_of(r)
+        for r, b, n in zip(ranks, before, now, strict=True)
+        if changed(b["grads"], n["grads"])
+    ]
+    who = ranks_text(movers) if movers else "some ranks"
+    return Cause(
+        f"{who} changed the gradients after backward (line {before[0]['line']}) and before "
+        f"optimizer.step() (line {step}), and the other ranks did not: DDP averaged them in "
+        "backward, so a change after it stays on the rank that makes it. Make it on every "
+        "rank the same way",
+        step,
+    )
+
+
+def _stepped_apart(ranks: list[int], before, now) -> Cause:
+    """Equal parameters and gradients before a step, apart after it: the optimisers differ."""
+    line = now[0]["line"]
+    settings = [e.get("settings") for e in before]
+    differing = sorted(
+        {
+            key
+            for groups in settings
+            for group in groups or ()
+            for key in group
+            if len({repr((s or [{}])[0].get(key)) for s in settings}) > 1
+        }
+    )
+    if differing:
+        key = differing[0]
+        values = ", ".join(
+            f"rank {rank} {key}={(s or [{}])[0].get(key)}"
+            for rank, s in zip(ranks, settings, strict=True)
+        )
+        return Cause(
+            f"the ranks' optimisers differ ({values}): from the same averaged gradients "
+            f"optimizer.step() (line {line}) moved each rank's parameters by a different "
+            "amount. Build the optimiser with the same settings on every rank",
+            line,
+        )
+    return Cause(
+        f"optimizer.step() (line {line}) moved the ranks apart from equal parameters and "
+        "equal gradients: their optimisers' states differ (state loaded or changed on some "
+        "ranks only). Give every rank the same optimiser state",
+        line,
+    )

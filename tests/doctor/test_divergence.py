@@ -1,0 +1,71 @@
+"""The doctor names what parted the ranks' parameters, from the ranks' own timelines.
+
+``scripts/styles/divergence/`` holds scripts whose ranks part after DDP has
+wrapped the model: rank 0 alone loads weights, rank 0 alone clips its
+gradients, rank 1 alone edits its weights by hand, the learning rate
+differs per rank; and one that does all of these the same way on every
+rank. Each faulty one marks its fault's line with ``# planted:
+model_wrapping``. The verdict must name the cause (and where the record
+holds the line, that line), and must not blame tensors outside the module,
+which none of these scripts has.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ddp_lesson import doctor
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts" / "styles" / "divergence"
+NAMES = sorted(p.stem for p in SCRIPTS.glob("*.py"))
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+#: What each verdict must say; True when the verdict's line is the planted line.
+SAYS = {
+    "load_on_rank0": (["rank 0 loaded a state dict", "after DDP(...) had wrapped it",
+                       "rank 1 did not", "Load on every rank"], True),
+    "clip_on_rank0": (["rank 0 clipped its gradients (clip_grad_norm_ at line 23)",
+                       "rank 1 did not", "equal after backward"], True),
+    "edit_on_rank1": (["rank 1 changed the model's parameters after the optimiser step",
+                       "outside the optimiser's step"], False),
+    "lr_per_rank": (["the ranks' optimisers differ (rank 0 lr=0.01, rank 1 lr=0.02)",
+                     "same settings on every rank"], False),
+    "same_everywhere": (["parameters identical on every rank after 3 step(s)"], False),
+}
+
+
+def planted(path: Path) -> int | None:
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if re.search(r"# planted: model_wrapping", line):
+            return number
+    assert "Planted fault: none" in path.read_text(), path.name
+    return None
+
+
+def test_every_script_has_what_its_verdict_must_say():
+    assert set(SAYS) == set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_doctor_names_what_parted_the_ranks(name):
+    line = planted(SCRIPTS / f"{name}.py")
+    result = doctor.diagnose(SCRIPTS / f"{name}.py", 2)
+    shown = str(result)
+    assert not result.problem, shown
+    model = result.stages["model_wrapping"]
+    said, at_planted = SAYS[name]
+    if line is None:
+        assert result.faults == [] and result.failure is None, shown
+        assert model.status == doctor.OK, shown
+    else:
+        assert result.faults == ["model_wrapping"], shown
+        assert result.exit_code == 1, shown
+        if at_planted:
+            assert model.line == line, shown
+    for words in said:
+        assert words in model.evidence, shown
+    assert "outside the module" not in model.evidence, shown
