@@ -22,6 +22,8 @@ left unchecked, :mod:`.judge_notes` the notes under the verdicts, and
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..stages import KEYS
 from .judge_crash import crash_finding, crashes, stop_reasons
 from .judge_data import data_verdict
@@ -31,7 +33,7 @@ from .judge_model import model_verdict, unused_parameters
 from .judge_notes import add_notes
 from .judge_processes import judge_group, judge_spawning, judge_teardown
 from .read import TORCHRUN, Reading
-from .record import Outcome
+from .record import Outcome, ProcessRecord
 from .verdict import FAULT, NOT_CHECKED, OK, Diagnosis, StageVerdict, title
 
 
@@ -65,6 +67,18 @@ def _stage_verdict(
     return StageVerdict(NOT_CHECKED, evidence, None)
 
 
+def launches(ranks: list[ProcessRecord]) -> list[list[ProcessRecord]]:
+    """The ranks by the start of processes that made them: each one's group is judged alone.
+
+    A script that starts several groups (a sweep, one group after another)
+    trains each apart: their data and parameters are compared within a group.
+    """
+    groups: dict[int, list[ProcessRecord]] = {}
+    for r in ranks:
+        groups.setdefault(r.launch, []).append(r)
+    return [groups[k] for k in sorted(groups)]
+
+
 def verdict(
     reading: Reading, outcome: Outcome, world_size: int, not_run: str = ""
 ) -> Diagnosis:
@@ -84,16 +98,21 @@ def verdict(
     diagnosis.failure = crash.failure
     shown = stop_reasons(outcome)
     fine: dict[str, str] = {}
+    disproved: set[str] = set()
     for judged in (
         crash,
         judge_spawning(reading, outcome),
         judge_group(ranks),
-        data_verdict(ranks),
-        model_verdict(ranks, crashed, stand_in=outcome.stand_in),
+        *[data_verdict(group) for group in launches(ranks)],
+        *[model_verdict(group, crashed, stand_in=outcome.stand_in) for group in launches(ranks)],
         judge_teardown(reading, outcome),
     ):
         shown.extend(judged.shown)
         fine.update(judged.fine)
+        disproved.update(judged.disproved)
+    if disproved:  # the run showed these guesses of the code wrong
+        kept = [f for f in reading.findings if f.stage not in disproved]
+        reading = dataclasses.replace(reading, findings=kept)
     stopped = not_run or why_not_run(outcome, reading)
     for key in KEYS:
         diagnosis.stages[key] = _stage_verdict(

@@ -94,12 +94,45 @@ def _repeated_order(mine, repeats, ranks, line) -> tuple[str, int | None]:
 def data_verdict(ranks) -> Judged:
     """What the run showed about dividing the data: its faults, else what each rank got."""
     shown: list[Shown] = []  # (the helpers below add what they find)
-    notes = _index_notes(ranks, shown) + _stream_notes(ranks, shown)
+    disproved: list[str] = []
+    notes = _index_notes(ranks, shown, disproved) + _stream_notes(ranks, shown)
     remarks = _compare_data_sets(ranks, shown)
-    if notes:
-        notes += remarks
-        return Judged.of(shown, {"data_division": "; ".join(notes)})
-    return Judged.of(shown)
+    fine = {"data_division": "; ".join(notes + remarks)} if notes else {}
+    return Judged(tuple(shown), tuple(fine.items()), disproved=tuple(disproved))
+
+
+def _own_data_sets(ranks, loader: int) -> bool:
+    """Whether the ranks' data sets behind ``loader`` differ (each holds a shard of its own)."""
+    built = [entries[0] for entries in _by_loader(ranks, "datasets").get(loader, {}).values()]
+    return len(built) > 1 and any(_difference(built[0], other) for other in built[1:])
+
+
+def _own_shards(first: list[dict], trained: bool) -> str | tuple[str, int | None] | None:
+    """Data split by hand before the loader: what was fine, or the fault of uneven batches.
+
+    DDP needs every rank to take the same number of steps: a rank with more
+    batches waits in its extra backward pass for ranks that have finished.
+    """
+    if not trained:
+        return None
+    sizes = [e["size"] for e in first]
+    batches = [e["batches"] for e in first]
+    held = ", ".join(f"rank {rank}: {n}" for rank, n in enumerate(sizes))
+    if len(set(batches)) > 1:
+        per = ", ".join(f"rank {rank}: {n}" for rank, n in enumerate(batches))
+        return (
+            f"each rank trains on a data set of its own (split by hand before the loader; "
+            f"items {held}), and their loaders give different numbers of batches per epoch "
+            f"({per}): DDP needs the same number of steps on every rank, so the rank with "
+            "more batches waits in its extra backward pass for ranks that have finished "
+            "(a hang, or a closed connection). Split into equal shards (drop the remainder), "
+            "or give the whole data set to a DistributedSampler",
+            first[0]["line"],
+        )
+    return (
+        f"each rank iterated a data set of its own (split by hand before the loader; items "
+        f"{held}), {batches[0]} batches per epoch on every rank"
+    )
 
 
 def _overlap_text(first: list[dict], shared: set[int]) -> str:
@@ -114,8 +147,13 @@ def _overlap_text(first: list[dict], shared: set[int]) -> str:
     return f"{len(shared)} training items went to more than one rank (sampler: {sampler})"
 
 
-def _index_notes(ranks, shown) -> list[str]:
-    """The indices each rank's map-style loaders iterated: faults noted, else what was fine."""
+def _index_notes(ranks, shown, disproved) -> list[str]:
+    """The indices each rank's map-style loaders iterated: faults noted, else what was fine.
+
+    A loader over data split by hand (the ranks' data sets differ) puts the
+    stage in ``disproved``: the code's guess that every rank iterates the
+    whole data set is wrong.
+    """
     epochs: dict[int, list[list[dict]]] = {}
     for at, r in enumerate(ranks):
         for entry in r.loaders:
@@ -128,6 +166,14 @@ def _index_notes(ranks, shown) -> list[str]:
         first = [e[0] for e in per_rank]
         size, line, sampler = first[0]["size"], first[0]["line"], first[0]["sampler"]
         trained = any(e["trained"] for entries in per_rank for e in entries)
+        if sampler != "DistributedSampler" and _own_data_sets(ranks, first[0]["loader"]):
+            own = _own_shards(first, trained)  # positions in different data sets: no overlap
+            disproved.append("data_division")
+            if isinstance(own, str):
+                notes.append(own)
+            elif own is not None:
+                note_shown(shown, "data_division", *own)
+            continue
         shared = _overlap([e["indices"] for e in first])
         counts = [len(e["indices"]) for e in first]
         padded = sampler == "DistributedSampler" and 0 < len(shared) < len(per_rank)

@@ -131,9 +131,13 @@ UNSEEN = {
 
 
 def passed_unseen(diagnosis: Diagnosis) -> None:
-    """Say so where the run went past a stage without showing it: it did not end before it."""
+    """Say so where the run went past a stage without showing it: it did not end before it.
+
+    Only a later stage the run showed working proves the run went past: a
+    FAULT there may be where it ended (a crash at DDP(...) before any loop).
+    """
     order = list(diagnosis.stages)
-    shown = [i for i, v in enumerate(diagnosis.stages.values()) if v.status in (OK, FAULT)]
+    shown = [i for i, v in enumerate(diagnosis.stages.values()) if v.status == OK]
     for key in order[: max(shown, default=-1)]:
         verdict = diagnosis.stages[key]
         if verdict.status != NOT_CHECKED or not verdict.evidence.startswith("not reached: "):

@@ -30,11 +30,15 @@ class Judged:
         shown: the faults the run showed, each a :class:`Shown`.
         fine: ``(stage, text)`` per stage the run showed working.
         failure: a failure outside the stages (a crash no stage owns).
+        disproved: the stages whose code findings the run showed to be wrong
+            (e.g. "no sampler= ... every process iterates the whole data set"
+            for data each rank split off by hand).
     """
 
     shown: tuple[Shown, ...] = ()
     fine: tuple[tuple[str, str], ...] = ()
     failure: StageVerdict | None = None
+    disproved: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, shown=(), fine=None, failure: StageVerdict | None = None) -> Judged:

@@ -127,6 +127,10 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
         finding = _unused_finding(unused, error_text(crashed[0][1]) if crashed else "")
         finding.line = next(e["line"] for r in ranks for e in r.ddp if e.get("unused"))
         shown.append(Shown(finding))
+    elsewhere = _optimizer_elsewhere(ranks) if wrapped else None
+    if elsewhere is not None:
+        add(*elsewhere)
+        return Judged.of(shown)
     compared = None if unused else _parameter_gap(ranks)  # unused: no step completed
     if compared is not None and compared[1] > TOLERANCE:
         add(*_parted(ranks, wrapped, *compared))
@@ -134,6 +138,22 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if compared is not None or wrapped:
         return Judged.of(shown, {"model_wrapping": _in_step(wrapped, compared, stand_in)})
     return Judged.of(shown)
+
+
+def _optimizer_elsewhere(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
+    """Optimiser steps that update none of the parameters DDP wraps: the text and its line."""
+    steps = [s for r in ranks for s in r.steps]
+    if not steps or any(s.get("wrapped", 1) for s in steps) or not all(r.steps for r in ranks):
+        return None
+    line = next((e["line"] for r in ranks for e in r.model_events if e["event"] == "step"), None)
+    at = f" (line {line})" if line else ""
+    return (
+        f"optimizer.step(){at} updates none of the parameters DDP wraps: the optimiser holds "
+        f"{steps[0]['held']} tensor(s) of another model, so the wrapped model never trains "
+        "(its parameters stay as they started, the same on every rank). Build the optimiser "
+        "from the parameters of the model DDP wraps (e.g. ddp_model.parameters())",
+        line,
+    )
 
 
 def _one_gpu(ranks: list[ProcessRecord], stand_in: bool) -> tuple[str, int] | None:

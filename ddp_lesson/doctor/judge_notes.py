@@ -92,7 +92,13 @@ def _emulated(ranks: list[ProcessRecord], outcome: Outcome) -> str:
         text += " (nccl ran as gloo)" if nccl else ""
     else:
         text = f"{here}: the script asked for nccl, which ran as gloo on the CPU"
-    return text + "; the doctor checked the device each rank asked for"
+    text += "; the doctor checked the device each rank asked for"
+    if any(e.get("sync_batchnorm") for r in ranks for e in r.ddp):
+        text += (
+            "; SyncBatchNorm, which needs GPUs, ran as plain batch norm on each rank's batch, "
+            "so its shared statistics were not checked"
+        )
+    return text
 
 
 def _device_order(device: str) -> tuple[int, str]:

@@ -80,7 +80,7 @@ def judge_teardown(reading, outcome) -> Judged:
         )  # fmt: skip
     elif returned:
         fine["teardown"] = (
-            f"ranks {sorted(r.claimed_rank for r in returned)} released the group "
+            f"ranks {sorted({r.claimed_rank for r in returned})} released the group "
             f"(destroy_process_group) before {ended}"
         )
     return Judged.of(shown, fine)

@@ -156,22 +156,28 @@ from .record import ProcessRecord, Settings
 
 
 # -- installing ---------------------------------------------------------------------------
-def install(settings: Settings, index: int, *, nprocs: int = 0, script: bool = False) -> None:
+def install(
+    settings: Settings, index: int, *, nprocs: int = 0, script: bool = False, launch: int = 0
+) -> None:
     """Start recording in this process.
 
     Args:
         settings: what the doctor told this run.
-        index: the process number (mp.spawn's index, torchrun's RANK; 0 for the script).
+        index: the process number (mp.spawn's index, torchrun's RANK; 0 for the
+            script), counted on from the processes of the script's earlier starts.
         nprocs: how many processes were started together with this one (0: unknown).
         script: this is the script's own process, which starts the ranks.
+        launch: which of the script's starts made this process (the number of
+            processes its earlier starts made).
     """
     learner_files.clear()
     process_state.update(
-        record=ProcessRecord(index, script=script),
+        record=ProcessRecord(index, script=script, launch=launch),
         settings=settings,
         pid=os.getpid(),
         channel=reports.Channel(Path(settings.folder) / ("script" if script else "ranks")),
         nprocs=nprocs or settings.nprocs,
+        launch=launch,
         store=None,
         ddp=[],
         epoch=None,

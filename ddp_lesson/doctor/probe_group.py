@@ -141,7 +141,13 @@ def recorded_init(*args, **kwargs):
     save_record()
     check_claim(rank, world_size)
     store = recorded_store()
-    if store.add(f"doctor/rank/{rank}", 1) > 1:
+    launch = str(process_state.get("launch", 0))
+    where = meeting_place(given.get("init_method"))
+    process_state["holds"] = f"doctor/holds/{where}/{rank}"
+    holder = store.compare_set(process_state["holds"], "", launch).decode()
+    if holder != launch:  # another of the script's starts meets there with this rank now
+        stop_at_stage("process_group", meeting_twice(where))
+    if store.add(f"doctor/rank/{launch}/{rank}", 1) > 1:
         stop_at_stage(
             "process_group",
             f"two processes both claimed rank {rank} in init_process_group: each "
@@ -149,6 +155,23 @@ def recorded_init(*args, **kwargs):
             "RANK)",
         )
     join_group(store, used, rank, world_size)
+
+
+def meeting_place(init_method: object) -> str:
+    """Where a group is told to meet: ``init_method``'s address, or the environment's."""
+    if isinstance(init_method, str) and init_method.startswith("tcp://"):
+        return init_method.removeprefix("tcp://").split("?")[0]
+    return f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+
+
+def meeting_twice(where: str) -> str:
+    """Two of the script's starts of processes whose groups meet at once, at one address."""
+    return (
+        f"two groups the script started at once both meet at {where}: run for real, the "
+        "second group's rank 0 cannot listen on the port the first one "
+        "holds (EADDRINUSE), or its ranks join the wrong group; give each group a port of "
+        "its own, or run the groups one after another"
+    )
 
 
 def claimed_place(record, rank: object, world_size: object) -> tuple:
@@ -192,9 +215,11 @@ def join_group(store: dist.TCPStore, backend: str, rank: int, world_size: int) -
     # what a script that joins each process it starts watches for (see .start_follow)
     joining = joining_key(record.index)
     store.set(joining, f"{world_size}:{rank}:{record.init['line'] or ''}")
+    # each of the script's starts meets apart: a later group must not find an earlier one's keys
+    apart = dist.PrefixStore(f"group/{process_state.get('launch', 0)}", store)
     with owned("process_group"), blocking("init_process_group", record.init["line"]):
         originals["init_process_group"](
-            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+            backend, store=apart, rank=rank, world_size=world_size, timeout=timeout
         )
     store.set(joining, "joined")
     record.init["joined"] = True

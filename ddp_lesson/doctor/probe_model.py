@@ -133,6 +133,7 @@ def ddp_init(original):
             # GPU-only arguments that DDP would refuse for a CPU module.
             bound.arguments.pop("device_ids", None)
             bound.arguments.pop("output_device", None)
+            entry["sync_batchnorm"] = stand_in_batchnorm(module)
         try:
             with owned("model_wrapping"), blocking("DistributedDataParallel", line):
                 original(*bound.args, **bound.kwargs)
@@ -148,6 +149,27 @@ def ddp_init(original):
         save_record()
 
     return init
+
+
+class StandInBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+    """A SyncBatchNorm on a CPU stand-in for a GPU: plain batch norm over the rank's batch.
+
+    SyncBatchNorm runs on GPUs only, and DDP refuses a CPU module that holds
+    one; on the stand-ins its statistics cannot be shared across the ranks
+    (the report says so), and the rest of the run can still be checked.
+    """
+
+    def _check_input_dim(self, input: torch.Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+
+def stand_in_batchnorm(module: torch.nn.Module) -> int:
+    """Turn the SyncBatchNorm layers of a module on a CPU stand-in into batch norms; how many."""
+    layers = [m for m in module.modules() if isinstance(m, torch.nn.SyncBatchNorm)]
+    for layer in layers:
+        layer.__class__ = StandInBatchNorm
+    return len(layers)
 
 
 def ddp_forward(original):
@@ -184,9 +206,11 @@ def after_step(optimizer, args, kwargs) -> None:
         total = float(sum(p.double().sum() for p in params))
         grad_sum = float(sum(g.double().abs().sum() for g in grads if g is not None))
         flat = torch.cat([p.reshape(-1).float().cpu() for p in params])
-    record.steps.append({"params": total, "grads": grad_sum})
-    note_event("step")
     in_ddp = process_state.get("in_ddp")
+    wrapped = sum(1 for p in trained if id(p) in (in_ddp or ()))
+    held = len(trained)
+    record.steps.append({"params": total, "grads": grad_sum, "held": held, "wrapped": wrapped})
+    note_event("step")
     if in_ddp:  # what the optimiser trains outside every DDP module, by position
         # (by the parameters' own ids: a detached view is a new object)
         record.outside = [

@@ -237,7 +237,12 @@ def mark_done() -> None:
     if record.claimed_rank is not None and process_state.get("store") is not None:
         try:
             done = str(len(record.collectives))
-            process_state["store"].set(f"doctor/done/{record.claimed_rank}", done)
+            store = process_state["store"]
+            store.set(f"doctor/done/{record.claimed_rank}", done)
+            # the rank is free for a later start of the script's (see recorded_init)
+            launch = str(process_state.get("launch", 0))
+            if process_state.get("holds"):
+                store.compare_set(process_state["holds"], launch, "")
         except Exception:  # the store may be gone at the very end
             pass
 

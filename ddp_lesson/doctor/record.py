@@ -96,7 +96,9 @@ class ProcessRecord:
             backward pass.
         forwards: forward passes through DDP (``wrapped``), around it
             (``raw``), and the line of the first raw one (``raw_line``).
-        steps: ``{"params", "grads"}`` sums after each of the first optimiser steps.
+        steps: ``{"params", "grads", "held", "wrapped"}`` after each of the first
+            optimiser steps: the sums of its parameters and gradients, how many
+            parameter tensors it holds, and how many of those a DDP model wraps.
         params: the parameters after the last recorded step (a tensor: all of
             them, or evenly spaced values of a large model's).
         outside: ``{"index", "shape", "sum"}`` after the last recorded step,
@@ -136,6 +138,9 @@ class ProcessRecord:
             "line"}`` when, before starting any process, it needed a variable
             that only torchrun sets (``RANK``...): it is a script for torchrun.
         script: this is the script's own process, not a rank.
+        launch: which of the script's starts of processes made it (the number
+            of processes the earlier ones made; 0 for the first, and for a
+            process the doctor or torchrun started).
     """
 
     index: int
@@ -167,6 +172,7 @@ class ProcessRecord:
     spawns: list[dict] = field(default_factory=list)
     torchrun: dict | None = None
     script: bool = False
+    launch: int = 0
 
     @property
     def rank(self) -> int:

@@ -44,9 +44,15 @@ from .record import Settings
 _torch_start: list[Callable] = []
 
 
-def rank_entry(index: int, settings: Settings, nprocs: int, fn: Callable, *args) -> None:
-    """A process of a script's ``mp.spawn``, started by spawn itself (CUDA was in use)."""
-    probe.install(settings, index, nprocs=nprocs)
+def rank_entry(
+    index: int, settings: Settings, nprocs: int, first: int, fn: Callable, *args
+) -> None:
+    """A process of a script's ``mp.spawn``, started by spawn itself (CUDA was in use).
+
+    ``first``: how many processes the script's earlier starts made, so that
+    each process of the run has a record of its own.
+    """
+    probe.install(settings, first + index, nprocs=nprocs, launch=first)
     probe.call_main(index, fn, args)
 
 
@@ -61,15 +67,16 @@ def _fresh_main(path: str) -> types.ModuleType:
     return module
 
 
-def forked_rank(index: int, nprocs: int, payload: bytes | None) -> None:
+def forked_rank(index: int, nprocs: int, first: int, payload: bytes | None) -> None:
     """A process of a script's ``mp.spawn``, forked, then made what spawn would have made.
 
     ``payload`` is the pickled function and arguments; ``None`` when they
     hold what only inheritance may pass (torch's elastic agent hands its
     processes queues), which the fork then carries (:data:`_inherited`).
+    ``first``: as for :func:`rank_entry`.
     """
     settings = probe.settings()
-    probe.install(settings, index, nprocs=nprocs)
+    probe.install(settings, first + index, nprocs=nprocs, launch=first)
     # a new interpreter starts with seeds of its own
     torch.seed()
     random.seed()
@@ -109,6 +116,7 @@ def _route(fn: Callable, args: tuple) -> tuple[str, str]:
 def _start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
     """``mp.start_processes`` in the script's process: recorded, each process probed."""
     by, runs = _route(fn, tuple(args))
+    first = sum(s["nprocs"] for s in probe.current().spawns)  # started by earlier calls
     probe.current().spawns.append(
         {"nprocs": nprocs, "nargs": len(args), "line": probe.learner_line(), "by": by,
          "target": runs}
@@ -124,9 +132,10 @@ def _start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_metho
             _inherited[:] = [(fn, tuple(args))]
         sys.stdout.flush()
         sys.stderr.flush()
-        target, given, method = forked_rank, (nprocs, payload), "fork"
+        target, given, method = forked_rank, (nprocs, first, payload), "fork"
     else:
-        target, given, method = rank_entry, (probe.settings(), nprocs, fn, *args), start_method
+        given = (probe.settings(), nprocs, first, fn, *args)
+        target, method = rank_entry, start_method
     with start_follow.inside_torch_start():
         context = _torch_start[0](target, given, nprocs, False, daemon, start_method=method)
     if not join:

@@ -62,6 +62,12 @@ SAYS = {
     "late_set_epoch": {"data_division": "set_epoch is called too late"},
     "connect_each_epoch": {"process_group": "call it once"},
     "part_wrapped": {"model_wrapping": "outside the module DDP wraps: 2 tensor(s)"},
+    "hand_split": {"data_division": "a data set of its own (split by hand"},
+    "hand_split_uneven": {"data_division": "(rank 0: 4, rank 1: 4, rank 2: 5)"},
+    "optimizer_elsewhere": {"model_wrapping": "updates none of the parameters DDP wraps"},
+    "syncbn_gpu": {"notes": "SyncBatchNorm, which needs GPUs, ran as plain batch norm"},
+    "sweep_in_turn": {"teardown": "ranks [0, 1] released the group"},
+    "sweep_at_once": {"process_group": "two groups the script started at once both meet"},
     # the launch route found by running the script as Python first
     "fit_spawn": {
         "launch": "python fit_spawn.py (it starts its processes with mp.spawn)",

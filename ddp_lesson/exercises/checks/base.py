@@ -422,5 +422,53 @@ def launch_checked(
         )
     specific = explain(error) if explain is not None else None
     if specific is None:  # (a failed Result is falsy: compare with None)
+        specific = stranded(check, error, stage=stage, expected=expected)
+    if specific is None:
         specific = failed(check, stage=stage, expected=expected, happened=quote(error), fix=fix)
     raise EndCheck(specific)
+
+
+#: What gloo says when a rank waited in a collective that its partners never joined
+#: (its own timeout, shorter than a check's deadline), or that they left.
+NEVER_CAME = re.compile(
+    r"Timed out waiting \d+ ?ms for (recv|send)|Application timeout caused pair closure"
+)
+LEFT = re.compile(r"Connection (closed|reset) by peer")
+
+
+def stranded(check: str, error: BaseException, *, stage: str, expected: str) -> Result | None:
+    """The failure for a rank stranded in a collective that another rank did not call, or None.
+
+    gloo ends such a wait itself: with a timeout when the partner never
+    comes, or with a closed connection when the partner, busy elsewhere,
+    finished or failed and left the group. Either way the collective the
+    error names (or, with no line named, one of DDP's own) was reached by
+    some ranks only.
+    """
+    text = str(error)
+    if NEVER_CAME.search(text):
+        why = (
+            "a rank waited in a collective until gloo's own time limit ran out: no other rank "
+            "called the same collective at that point"
+        )
+    elif LEFT.search(text):
+        why = (
+            "a rank was in a collective when another rank, which had not called it there, "
+            "left the group (it had finished, or failed) and closed the connection"
+        )
+    else:
+        return None
+    named = re.search(r"line \d+, in (\w+): (.+)", text)
+    if named:
+        fix = (
+            f"{named[1]}, the collective the error names ({named[2].strip()}): does every rank "
+            "reach it? one inside `if rank == 0:`, or a rank that skips it or returns early, "
+            "leaves the others waiting"
+        )
+    else:
+        fix = (
+            "the error names no line of yours, so the collective was one of DDP's own (the "
+            "all-reduce in each backward): did every rank run the same steps, and call the "
+            "same collectives, or did one rank skip some or stop early?"
+        )
+    return failed(check, stage=stage, expected=expected, happened=f"{quote(error)}\n{why}", fix=fix)

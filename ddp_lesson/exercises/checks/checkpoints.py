@@ -63,6 +63,7 @@ def check_checkpoint(path: str | Path, *, reveal: bool = False) -> Result:
         got = launch_checked(
             NAME, path, probes.train, STUBBED, full, EPOCHS, -1,
             stage=MODEL, expected=f"{EPOCHS} epochs of training, saving after each",
+            explain=_stranded,
         )  # fmt: skip
         problem = _first_run(got, full, world_size)
         if problem is not None:
@@ -92,14 +93,45 @@ def check_checkpoint(path: str | Path, *, reveal: bool = False) -> Result:
         got = launch_checked(
             NAME, path, probes.train, STUBBED, crashed, EPOCHS, -1,
             stage=MODEL, expected="the same command to resume from the checkpoint",
-            fix="load_checkpoint: the line the error names",
+            fix="load_checkpoint: the line the error names", explain=_stranded,
         )  # fmt: skip
         return _resumed(got, reference)
+
+
+def _stranded(error: BaseException) -> Result | None:
+    """The failure for a rank left alone in a collective (a barrier, DDP's all-reduce), or None.
+
+    Such a rank waits for the others at a point they never reach: the
+    collectives the ranks call must pair up, which is the process group's
+    part, whatever the function that calls them.
+    """
+    return base.stranded(
+        NAME,
+        error,
+        stage=GROUP,
+        expected="every rank to call the same collectives in the same order (save_checkpoint's "
+        "wait, DDP's all-reduce in each backward)",
+    )
 
 
 def _require_start(got: list[dict], epoch: int, expected: str, fix: str, answer: str = "") -> None:
     """End the check unless ``load_checkpoint`` returned ``epoch`` on every rank."""
     starts = sorted({repr(r["start"]) for r in got})
+    if len(starts) > 1:
+        each = ", ".join(f"{r['start']!r} on rank {r['rank']}" for r in got)
+        raise base.EndCheck(
+            failed(
+                NAME,
+                stage=MODEL,
+                expected="load_checkpoint to return the same epoch on every rank",
+                happened=f"load_checkpoint returned {each}: the ranks would resume at "
+                "different epochs",
+                fix="load_checkpoint: every rank resumes, so every rank needs the saved "
+                "weights, optimiser state and epoch; does each rank read the file?",
+                answer="torch.load(path, map_location=device) and the load_state_dict calls on "
+                "every rank, outside any `if rank == 0:`",
+            )
+        )
     if starts != [repr(epoch)]:
         happened = f"load_checkpoint returned {', '.join(starts)}"
         raise base.EndCheck(
@@ -150,7 +182,7 @@ def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
             stage=MODEL,
             expected="the network's own names (linear_relu_stack.0.weight, ...)",
             happened=f"the wrapper's: {wrapped[0]}, ...; a plain NeuralNetwork refuses to load "
-                f"them",
+            f"them",
             fix="save_checkpoint, where the state is gathered: the DDP wrapper prefixes every "
             "name with `module.`; save the network inside it",
             answer="model.module.state_dict(), not model.state_dict()",

@@ -16,6 +16,7 @@ process local rank 0 would put them all on ``cuda:0``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ... import devices, launch
@@ -140,6 +141,24 @@ def _locals(got: list[dict], size: int) -> Result | None:
     )
 
 
+def _unset_variable(error: BaseException) -> Result | None:
+    """The failure for a variable init_process_group needed and main did not set, or None."""
+    unset = re.search(r"environment variable (\w+) expected, but not set", str(error))
+    if not unset:
+        return None
+    return failed(
+        NAME,
+        stage=SPAWNING,
+        expected=f"main to set every variable ddp_setup reads: {VARIABLES}",
+        happened=f"ddp_setup's init_process_group found no {unset[1]} in the environment: "
+        "main, which mp.spawn runs in each process before ddp_setup, had not set it",
+        fix="main, where it sets the environment before run_rank: which of the variables "
+        "torchrun would have set is missing there?",
+        answer=f"{unset[1]}=... in main's os.environ.update(...)"
+        + (', e.g. MASTER_ADDR="127.0.0.1"' if unset[1] == "MASTER_ADDR" else ""),
+    )
+
+
 def _spawn_error(error: BaseException, plan) -> Result:
     text = str(error)
     if "not at the port main was given" in text:
@@ -162,6 +181,9 @@ def _spawn_error(error: BaseException, plan) -> Result:
             "process does, as the __main__ block has it done under torchrun",
             answer="run_rank(epochs), as main's last line",
         )
+    unset = _unset_variable(error)
+    if unset is not None:
+        return unset
     if "KeyError" in text:
         return failed(
             NAME,

@@ -1,5 +1,7 @@
 """Checks for the exercises of notebooks 12_batches and 13_evaluation (14's: :mod:`.debugging`).
 
+12's accumulation exercise has a module of its own, :mod:`.accumulate`.
+
 Each failure says what happened and where to look; the line that fixes it
 is shown after a few tries at the same mistake, or with ``reveal=True``.
 """
@@ -10,7 +12,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from ... import data, devices, reports
+from ... import data, devices
 from ...stages import stage
 from ..probes import practice as probes
 from . import base
@@ -30,12 +32,6 @@ BATCH_CASES = ((32, 1), (32, 2), (16, 4), (64, 8), (8, 3))
 #: More pairs it asks about and never lists, so that a table of BATCH_CASES' answers
 #: written in by hand fails.
 UNLISTED_CASES = ((12, 5), (40, 3), (24, 6))
-
-#: Micro-batches per optimiser step in check_accumulate.
-MICRO_BATCHES = 4
-
-#: Largest parameter difference that still counts as the same step.
-SAME = 1e-5
 
 
 # -- 12, exercise 1: the global batch and the learning rate ---------------------------
@@ -139,128 +135,12 @@ def _rate_wrong(
             "check_global_batch",
             stage=RATE,
             expected=f"lr {base_lr:g} at a batch of {base_batch}, scaled by the factor the "
-                f"batch grew by",
+            f"batch grew by",
             happened=f"for {per_rank} images per rank on {world_size} rank(s), lr = {lr!r}",
             fix="the linear scaling rule: the learning rate grows by the factor the batch "
             f"grew by, from base_batch ({base_batch}) to the global batch (not with the "
             "world size alone)",
             answer="lr = base_lr * global_batch / base_batch",
-        )
-    return None
-
-
-# -- 12, exercise 2: accumulation with no_sync() -----------------------------------------
-@graded
-def check_accumulate(path: str | Path, *, reveal: bool = False) -> Result:
-    """Launch the learner's ``accumulate_step`` on real ranks; count its all-reduces.
-
-    Every rank gives it a DDP model, an SGD optimiser and four micro-batches
-    of its own. The step must equal one SGD step on the four together, and
-    exchange the gradient once. ``reveal=True`` shows the line that fixes a
-    failure now.
-    """
-    name = "check_accumulate"
-    k = MICRO_BATCHES
-    got = launch_checked(
-        name, path, probes.accumulate, "accumulate_step()", k,
-        stage=MODEL, expected="accumulate_step() to run",
-        fix="accumulate_step: the line the error names",
-    )  # fmt: skip
-    first = got[0]
-    exchanges = first["floats_exchanged"] / first["gradient_floats"]
-    ranks_gap = reports.max_abs_difference([r["params"] for r in got])
-    wrong = _steps_wrong(first["optimizer_steps"], k)
-    if wrong is None:
-        wrong = _exchanges_wrong(exchanges, k, ranks_gap)
-    if wrong is None:
-        wrong = _step_wrong(first, k)
-    if wrong is None:
-        wrong = _ranks_differ(ranks_gap)
-    if wrong is not None:
-        return wrong
-    return passed(
-        name,
-        f"{k} micro-batches, one all-reduce of the whole gradient, and the same weights as "
-        f"one step on all {k * probes.MICRO_BATCH} images, on every rank.",
-    )
-
-
-def _steps_wrong(optimizer_steps: int, k: int) -> Result | None:
-    """check_accumulate's failure when the answer stepped the optimiser other than once, or None."""
-    if optimizer_steps != 1:
-        return failed(
-            "check_accumulate",
-            stage=MODEL,
-            expected=f"one optimizer.step() for {k} micro-batches",
-            happened=f"{optimizer_steps} optimizer.step() calls",
-            fix="call optimizer.step() once, after the last micro-batch's backward",
-        )
-    return None
-
-
-def _exchanges_wrong(exchanges: float, k: int, ranks_gap: float) -> Result | None:
-    """check_accumulate's failure when the gradient was all-reduced other than once, or None."""
-    name = "check_accumulate"
-    if exchanges == 0:
-        return failed(
-            name,
-            stage=MODEL,
-            expected="one all-reduce of the gradients, in the last backward",
-            happened="DDP's own gradient exchange never ran: every backward was inside no_sync()"
-            + (f"; the ranks' weights now differ by up to {ranks_gap:.3g}" if ranks_gap else ""),
-            fix="leave the last micro-batch's backward outside model.no_sync()",
-        )
-    if exchanges > 1:
-        return failed(
-            name,
-            stage=MODEL,
-            expected="one all-reduce of the gradients per optimiser step",
-            happened=f"{exchanges:g} all-reduces of the whole gradient for {k} micro-batches",
-            fix="accumulate_step's loop: every backward but the last must leave out DDP's "
-            "all-reduce, and only the last one exchange the sum",
-            answer="every micro-batch's forward and backward but the last inside "
-            "`with model.no_sync():`",
-        )
-    return None
-
-
-def _step_wrong(first: dict, k: int) -> Result | None:
-    """check_accumulate's failure when the step differs from one step on all micro-batches."""
-    name = "check_accumulate"
-    gap = reports.max_abs_difference([first["one_batch"], first["params"]])
-    if gap > SAME:
-        moved = first["params"] - first["start"]
-        wanted = first["one_batch"] - first["start"]
-        if float((moved - k * wanted).abs().max()) < SAME * k:
-            return failed(
-                name,
-                stage=MODEL,
-                expected="the same step as one batch of all the micro-batches",
-                happened=f"a step {k} times as large: the {k} micro-batch gradients were added "
-                    f"up undivided",
-                fix="accumulate_step, where each micro-batch's loss is computed: each loss is the "
-                "mean over its own images, and backward adds the gradients up",
-                answer="(loss / len(micro_batches)).backward()",
-            )
-        return failed(
-            name,
-            stage=MODEL,
-            expected="the same parameters as one SGD step on all the micro-batches at once",
-            happened=f"they differ by up to {gap:.3g}",
-            fix="one backward per micro-batch with loss / len(micro_batches), one optimizer.step()",
-        )
-    return None
-
-
-def _ranks_differ(ranks_gap: float) -> Result | None:
-    """check_accumulate's failure when the ranks ended with different weights, or None."""
-    if ranks_gap > 1e-6:
-        return failed(
-            "check_accumulate",
-            stage=MODEL,
-            expected="identical weights on every rank",
-            happened=f"they differ by up to {ranks_gap:.3g}",
-            fix="the last backward must all-reduce",
         )
     return None
 
@@ -293,7 +173,7 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
             stage=DATA,
             expected=f"the {size} items split between the ranks, each once",
             happened=f"{overlap} item(s) in more than one rank's share, "
-                f"{size - len(everything)} in none",
+            f"{size - len(everything)} in none",
             fix="make_loader, where the sampler is built: every rank shuffles the whole data set "
             "and keeps its own part, so the parts fit together only with the same seed on "
             "every rank, and each rank's own rank and the world size",
@@ -310,6 +190,19 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
             "shuffle's order follow from the seed make_loader is given?",
             answer="DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed)",
         )
+    wrong = _noise_wrong(got)
+    if wrong is not None:
+        return wrong
+    return passed(
+        name,
+        f"{plan.world_size} rank(s) split the {size} items without overlap, each drew "
+        "augmentation of its own, and a rebuilt loader drew it again exactly.",
+    )
+
+
+def _noise_wrong(got: list[dict]) -> Result | None:
+    """check_seeds' failure when ranks drew the same noise, or a rebuilt loader other noise."""
+    name = "check_seeds"
     noises = [r["noise"] for r in got]
     if len(got) > 1 and any(noises[0][:4] == other[:4] for other in noises[1:]):
         return failed(
@@ -331,11 +224,7 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
             fix="derive every seed from `seed` and `rank`, never from the time or an unseeded "
             "generator",
         )
-    return passed(
-        name,
-        f"{plan.world_size} rank(s) split the {size} items without overlap, each drew "
-        "augmentation of its own, and a rebuilt loader drew it again exactly.",
-    )
+    return None
 
 
 # -- 13, exercise 1: evaluation on every rank --------------------------------------------

@@ -44,7 +44,8 @@ def check_sampler(
     )  # fmt: skip
     for k, items in enumerate(sizes):
         orders = [r["orders"][k] for r in got]
-        wrong = _split_wrong(orders, items, (k + 1) * probes.OFFSET, plan.world_size, got)
+        seen = {"sampler": got[0]["sampler"], **{key: got[0][key][k] for key in WATCHED}}
+        wrong = _split_wrong(orders, items, (k + 1) * probes.OFFSET, plan.world_size, seen)
         if wrong is not None:
             return wrong
     return passed(
@@ -54,27 +55,35 @@ def check_sampler(
     )
 
 
+#: What rank 0's report holds per data set, besides the orders: the sampler's epochs, and
+#: whether the loader and the sampler drop the last items.
+WATCHED = ("events", "drop_last")
+
+
 def _split_wrong(
-    orders: list[list[list[int]]], size: int, first: int, world_size: int, got: list[dict]
+    orders: list[list[list[int]]], size: int, first: int, world_size: int, seen: dict
 ) -> Result | None:
     """check_sampler's failure for what the ranks met on a data set of ``size`` items, or None.
 
     Args:
         orders: per rank, per epoch, the numbers ``epoch_orders`` returned.
         first: the number item 0 holds (item ``i`` holds ``first + i``).
+        seen: rank 0's sampler class name (``"sampler"``), and, on this data set, its
+            sampler's ``"events"`` and the ``"drop_last"`` settings (see :data:`WATCHED`).
     """
     wrong = _stray_items(orders, size, first)
     if wrong is not None:
         return wrong
     indices = [[[n - first for n in epoch] for epoch in epochs] for epochs in orders]
-    sampler = got[0]["sampler"]
     for epoch in range(len(indices[0])):
         mine = [ranks[epoch] for ranks in indices]
-        wrong = _every_rank_everything(mine, size, world_size, sampler)
+        wrong = _every_rank_everything(mine, size, world_size, seen["sampler"])
         if wrong is None:
-            wrong = _shares_wrong(mine, epoch, size, world_size)
+            wrong = _shares_wrong(mine, epoch, size, world_size, seen["drop_last"])
         if wrong is None:
-            wrong = _order_wrong(mine, epoch, size, [ranks[0] for ranks in indices])
+            wrong = _order_wrong(mine, epoch, size)
+        if wrong is None and epoch > 0 and mine == [ranks[0] for ranks in indices]:
+            wrong = _repeated(epoch, size, seen["events"])
         if wrong is not None:
             return wrong
     return None
@@ -91,7 +100,7 @@ def _stray_items(orders: list[list[list[int]]], size: int, first: int) -> Result
                 stage=DATA,
                 expected="epoch_orders to return the items the loader yields, epoch by epoch",
                 happened=f"on a data set of {size} items, rank {rank}'s lists hold {stray[0]}, "
-                    f"which no "
+                f"which no "
                 "item of it holds",
                 fix="epoch_orders: are its lists what iterating train_loader gives, or numbers "
                 "worked out beside it?",
@@ -131,10 +140,14 @@ def _every_rank_everything(
     return None
 
 
-def _shares_wrong(mine: list[list[int]], epoch: int, size: int, world_size: int) -> Result | None:
-    """check_sampler's failure when one epoch's shares are unequal or overlap, or None."""
+def _shares_wrong(
+    mine: list[list[int]], epoch: int, size: int, world_size: int, drop_last: dict
+) -> Result | None:
+    """check_sampler's failure when one epoch's shares are unequal, short or overlap, or None."""
     share = -(-size // world_size)
     lengths = [len(m) for m in mine]
+    if len(set(lengths)) == 1 and lengths[0] < share:
+        return _items_dropped(mine, epoch, size, drop_last)
     if len(set(lengths)) > 1 or lengths[0] != share:
         return failed(
             "check_sampler",
@@ -160,10 +173,8 @@ def _shares_wrong(mine: list[list[int]], epoch: int, size: int, world_size: int)
     return None
 
 
-def _order_wrong(
-    mine: list[list[int]], epoch: int, size: int, first_epoch: list[list[int]]
-) -> Result | None:
-    """check_sampler's failure when an epoch is unshuffled or repeats epoch 0's order, or None."""
+def _order_wrong(mine: list[list[int]], epoch: int, size: int) -> Result | None:
+    """check_sampler's failure when an epoch is unshuffled, or None (repeats: :func:`_repeated`)."""
     if _interleaved(mine)[:size] == list(range(size)):
         return failed(
             "check_sampler",
@@ -172,18 +183,72 @@ def _order_wrong(
             happened=f"epoch {epoch}: the ranks met the items in the order they are stored",
             fix="make_loader: does the sampler shuffle?",
         )
-    if epoch > 0 and mine == first_epoch:
-        return failed(
-            "check_sampler",
-            stage=DATA,
-            expected=f"epoch {epoch} in a new order",
-            happened=f"on {size} items every rank met epoch {epoch}'s items in the same order as "
-            "epoch 0's",
-            fix="epoch_orders, at the top of each epoch: the sampler shuffles from seed + "
-            "epoch, and nothing told it that the epoch changed",
-            answer="train_loader.sampler.set_epoch(epoch) before each epoch",
-        )
     return None
+
+
+def _items_dropped(mine: list[list[int]], epoch: int, size: int, drop_last: dict) -> Result:
+    """check_sampler's failure when the ranks' shares are equal but leave items out."""
+    met = {i for m in mine for i in m}
+    where = [f"the {name}" for name in ("loader", "sampler") if drop_last.get(name)]
+    why = (
+        f"; {' and '.join(where)} had drop_last=True, which leaves out the items that do not "
+        "fill a last whole batch (or share)"
+        if where
+        else ""
+    )
+    return failed(
+        "check_sampler",
+        stage=DATA,
+        expected="every item met by some rank in every epoch, the shares padded to be equal",
+        happened=f"epoch {epoch}, {size} items: every rank met {len(mine[0])} items, and "
+        f"{size - len(met)} of the {size} items reached no rank{why}",
+        fix="make_loader: the shares were equal, but items were left out; what in the loader "
+        "or its sampler drops the items left over?",
+        answer="DataLoader(dataset, batch_size=..., sampler=DistributedSampler(dataset)), "
+        "without drop_last=True",
+    )
+
+
+def _repeated(epoch: int, size: int, events: list | None) -> Result:
+    """check_sampler's failure when an epoch repeats epoch 0's order: what set_epoch was told.
+
+    Args:
+        events: the loader's DistributedSampler's ``("set", epoch)`` calls and ``("pass",
+            epoch)`` passes, in order (``None``: no such sampler).
+    """
+    same = f"on {size} items every rank met epoch {epoch}'s items in the same order as epoch 0's"
+    sets = [e[1] for e in events or [] if e[0] == "set"]
+    passes = [e[1] for e in events or [] if e[0] == "pass"]
+    shuffled = ", ".join(map(str, passes))
+    if events is None or not sets:
+        happened = f"{same}: set_epoch was never called on the loader's sampler"
+        hint = (
+            "at the top of each epoch: the sampler shuffles from seed + epoch, and nothing told "
+            "it that the epoch changed"
+        )
+    elif all(i and events[i - 1][0] == "pass" for i, e in enumerate(events) if e[0] == "set"):
+        happened = (
+            f"{same}: set_epoch was called with {', '.join(map(str, sets))}, each time after a "
+            f"pass over the loader, so the passes shuffled with epochs {shuffled}"
+        )
+        hint = "where set_epoch is called: a pass shuffles with the epoch set before it"
+    elif len(set(sets)) == 1:
+        happened = (
+            f"{same}: set_epoch was called {len(sets)} time(s), each time with {sets[0]}, so "
+            f"the passes shuffled with epochs {shuffled}"
+        )
+        hint = "where set_epoch is called: the number it is given must change every epoch"
+    else:
+        happened = f"{same}: the loader's sampler shuffled with epochs {shuffled}"
+        hint = "the sampler shuffles from seed + epoch; which sampler does set_epoch reach?"
+    return failed(
+        "check_sampler",
+        stage=DATA,
+        expected=f"epoch {epoch} in a new order",
+        happened=happened,
+        fix=f"epoch_orders, {hint}",
+        answer="train_loader.sampler.set_epoch(epoch) before each epoch",
+    )
 
 
 def _interleaved(mine: list[list[int]]) -> list[int]:

@@ -44,6 +44,8 @@ from .base import (
     quote,
 )
 from .script_source import calls_of, first_call_at, line_at, main_spawn_line, parsed
+from .script_training import LOG as LOG  # the stage a log line belongs to, named here too
+from .script_training import trains
 
 if TYPE_CHECKING:
     from ...doctor import Diagnosis
@@ -59,14 +61,6 @@ STUB = 'raise NotImplementedError("your code here")'
 
 #: Seconds the doctor's run of the whole script may take (it starts fresh interpreters).
 DOCTOR_TIMEOUT_S = 120
-
-#: Largest difference between the gradients an answer steps with and the reference's,
-#: as a share of the reference's largest gradient: the same sums, added in another order.
-GRADIENT_TOLERANCE = 1e-4
-
-#: What owns a log line printed on every rank: none of a DDP script's stages (each runs
-#: right), but the lines that print.
-LOG = "the training log"
 
 #: What each stage must show, as a failure says it.
 EXPECTED = {
@@ -123,7 +117,7 @@ def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
     wrong = _stage_verdicts(diagnosis, tree, lines)
     if wrong is not None:
         return wrong
-    for judge in (_trains, _released_after_error):
+    for judge in (trains, _released_after_error):
         wrong = judge(file, tree, lines, epochs if isinstance(epochs, int) else 2)
         if wrong is not None:
             return wrong
@@ -146,6 +140,23 @@ def _setup_reports(file: str, plan, lines: list[str], init_line: int | None) -> 
         expected=expected,
         fix=fix,
         hang=(expected, f"the ranks did not meet within {base.CHECK_TIMEOUT_S} s", fix),
+        explain=_no_setup,
+    )
+
+
+def _no_setup(error: BaseException) -> Result | None:
+    """The failure for a script without the ``ddp_setup`` function the exercise asks for."""
+    if not re.search(r"AttributeError: module '[\w.]+' has no attribute 'ddp_setup'", str(error)):
+        return None
+    return failed(
+        NAME,
+        stage=GROUP,
+        expected="a function ddp_setup(rank, world_size, port) at the top level of the script, "
+        "which joins the group and returns the rank's device",
+        happened="the script has no function called ddp_setup: " + quote(error).splitlines()[0],
+        fix="the script: the exercise asks for ddp_setup(rank, world_size, port) as a function "
+        "of its own, which main calls; the check calls it too. Is the group joined somewhere "
+        "else (a method, or main itself)?",
     )
 
 
@@ -369,102 +380,6 @@ def _joined(got: list[dict], plan, lines: list[str], init_line: int | None) -> R
     return None
 
 
-def _trains(file: str, tree: ast.Module, lines: list[str], epochs: int) -> Result | None:
-    """A failure if the script's training differs from the reference's, or ranks > 0 log.
-
-    The learner's ``main`` runs in warm ranks; at each of its first optimiser
-    steps, the gradients of the model DDP wraps are compared with the
-    reference's: the single-device script's loss on each rank's own batch,
-    at the same weights, averaged over the ranks (see
-    :mod:`..probes.training`). Then, with more than one rank, only rank 0
-    may have printed or logged.
-    """
-    got = launch_checked(
-        NAME, file, training.training, "main()", epochs, stage=MODEL,
-        expected="main(rank, world_size, port, epochs) to train in every rank",
-        fix="main: the line the error names",
-    )  # fmt: skip
-    for report in got:
-        rank = report["rank"]
-        for number, step in enumerate(report["steps"], 1):
-            where = f"at rank {rank}'s optimizer.step() number {number}"
-            wrong = _optimizer_holds_wrapped(step, where, tree, lines)
-            if wrong is None:
-                wrong = _reference_gradients(got, step, number, where)
-            if wrong is not None:
-                return wrong
-    return _rank_0_alone_logs(got, lines)
-
-
-def _optimizer_holds_wrapped(
-    step: dict, where: str, tree: ast.Module, lines: list[str]
-) -> Result | None:
-    """A failure if the optimizer held fewer parameter tensors than the model DDP wrapped."""
-    if step["held"] < step["wrapped"]:
-        return failed(
-            NAME,
-            stage=MODEL,
-            expected="the optimizer to update the model DDP wraps",
-            happened=f"{where}, the optimizer held {step['held']} of the {step['wrapped']} "
-            "parameter tensors of the model that DDP wrapped and that the loss came "
-            "from: those it does not hold never change",
-            fix=(first_call_at(tree, lines, *OPTIMIZERS) or "where the optimizer is built")
-            + ": which model's parameters is it given, and is that the model that "
-            "is wrapped and trained?",
-        )
-    return None
-
-
-def _reference_gradients(got: list[dict], step: dict, number: int, where: str) -> Result | None:
-    """A failure if a step's gradients differ from the ranks' reference gradients, averaged."""
-    if step["reference"] is None or step["grads"] is None:
-        return None
-    references = [r["steps"][number - 1]["reference"] for r in got if len(r["steps"]) >= number]
-    if len(references) < len(got) or any(ref is None for ref in references):
-        return None
-    mean = sum(references) / len(references)
-    scale = float(mean.abs().max()) or 1.0
-    off = float((step["grads"] - mean).abs().max())
-    if off > GRADIENT_TOLERANCE * scale:
-        ratio = float(step["grads"] @ mean) / float(mean @ mean or 1.0)
-        return failed(
-            NAME,
-            stage=MODEL,
-            expected="the gradient of the mean loss of each rank's batch, averaged over the "
-            "ranks (what DDP's all-reduce gives)",
-            happened=f"{where}, the gradients it stepped with were {ratio:.3g} times that "
-            f"average, and differ from it by up to {off:.3g}",
-            fix="the loss and the backward in main: DDP already averages the gradients "
-            "over the ranks; is the loss scaled, or are gradients kept from an "
-            "earlier step?",
-        )
-    return None
-
-
-def _rank_0_alone_logs(got: list[dict], lines: list[str]) -> Result | None:
-    """A failure if a rank other than 0 printed or logged a line."""
-    if len(got) > 1:
-        for report in got[1:]:
-            if report["said"]:
-                line, text = report["said"][0]
-                at = line_at(lines, line) or "a line outside the script"
-                return failed(
-                    NAME,
-                    stage=LOG,
-                    expected="the log printed by rank 0 alone",
-                    happened=f"rank {report['rank']} printed or logged {len(report['said'])} "
-                        f"line(s), "
-                    f"the first {text!r}, from {at}",
-                    fix="the line that prints: which rank runs it?",
-                    answer="print(...) under `if rank == 0:`",
-                )
-    return None
-
-
-#: The optimisers a script is likely to build, by the name of their class.
-OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad")
-
-
 def _released_after_error(
     file: str, tree: ast.Module, lines: list[str], epochs: int
 ) -> Result | None:
@@ -482,7 +397,7 @@ def _released_after_error(
             stage=TEARDOWN,
             expected="the group released at the end, even after an error",
             happened=f"the check raised an error after rank {kept[0]}'s first "
-                f"optimizer.step(); main "
+            f"optimizer.step(); main "
             f"ended with the error, and rank {kept[0]}'s group had not been released",
             fix=(where or "main") + ": does it run when training raises? (try: ... finally:)",
             answer="the training inside try:, destroy_process_group() in its finally:",

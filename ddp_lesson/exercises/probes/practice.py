@@ -37,6 +37,8 @@ class AccumulateReport(TypedDict):
     params: torch.Tensor
     one_batch: torch.Tensor
     start: torch.Tensor
+    exchanged_after: list[int]  # for each bucket DDP all-reduced: the forwards run before it
+    cleared_after: list[int]  # for each zero_grad() before the step: the backwards run before it
 
 
 class EvaluateReport(TypedDict):
@@ -81,6 +83,28 @@ def _wrap(model: nn.Module, device: torch.device) -> nn.Module:
 
 
 # -- 12: accumulating with no_sync() -------------------------------------------------
+def _watch_clearing(model: nn.Module, optimizer: torch.optim.Optimizer, steps: list) -> list[int]:
+    """Note, in the list returned, how many backwards had run at each zero_grad() before the step.
+
+    Both the optimiser's and the model's ``zero_grad`` are watched: either
+    clears what the micro-batches before it added up. A backward counts
+    once it has added its gradient to the model's first parameter.
+    """
+    cleared: list[int] = []
+    backwards: list[int] = []
+    next(model.parameters()).register_post_accumulate_grad_hook(lambda p: backwards.append(1))
+    for owner in (optimizer, model):
+        clearing = owner.zero_grad
+
+        def watched(*args, _clearing=clearing, **kwargs):
+            if not steps:
+                cleared.append(len(backwards))
+            return _clearing(*args, **kwargs)
+
+        owner.zero_grad = watched
+    return cleared
+
+
 def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None:
     """Call the learner's ``accumulate_step`` once on ``k`` micro-batches; count the exchange."""
     import torch.nn.functional as F
@@ -93,9 +117,12 @@ def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None
     device = group.join(rank, world_size, port)
     try:
         exchanged: list[int] = []
+        forwards: list[int] = []  # one entry per forward of the answer's model
+        exchanged_after: list[int] = []
 
         def counting(state, bucket):  # DDP calls it for each bucket it all-reduces
             exchanged.append(bucket.buffer().numel())
+            exchanged_after.append(len(forwards))
             return default_hooks.allreduce_hook(state, bucket)
 
         torch.manual_seed(0)
@@ -124,6 +151,8 @@ def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None
             return stepping(*args, **kwargs)
 
         optimizer.step = counted_step
+        model.register_forward_pre_hook(lambda module, inputs: forwards.append(1))
+        cleared_after = _watch_clearing(model, optimizer, steps)
         worker.accumulate_step(model, optimizer, micro_batches)
         _send(
             AccumulateReport(
@@ -134,6 +163,8 @@ def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None
                 params=flat_parameters(model),
                 one_batch=flat_parameters(reference),
                 start=flat_parameters(start),
+                exchanged_after=exchanged_after,
+                cleared_after=cleared_after,
             )
         )
         del model, reference
@@ -183,9 +214,7 @@ def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
         _, again = one_epoch(seed)
         reordered, _ = one_epoch(seed + 1)
         _send(
-            SeedsReport(
-                rank=rank, indices=indices, noise=noise, again=again, reordered=reordered
-            )
+            SeedsReport(rank=rank, indices=indices, noise=noise, again=again, reordered=reordered)
         )
     finally:
         group.leave()

@@ -41,6 +41,10 @@ class SamplerReport(TypedDict):
     rank: int
     orders: list[list[list[int]]]  # per data set, per epoch: the items in the order met
     sampler: str
+    # per data set, what its DistributedSampler went through, in order: ("set", epoch) for a
+    # set_epoch call, ("pass", epoch) for a pass over it (None: the loader had no such sampler)
+    events: list[list[tuple[str, int | str]] | None]
+    drop_last: list[dict[str, bool]]  # per data set: the loader's and the sampler's drop_last
 
 
 class WrapReport(TypedDict):
@@ -151,15 +155,63 @@ def sampler(
     worker = load(path)
     group.join(rank, world_size, port)
     try:
-        orders, samplers = [], []
+        orders, samplers, events, drops = [], [], [], []
         for k, size in enumerate(sizes):
             train_loader = worker.make_loader(TensorDataset(torch.arange(size) + (k + 1) * OFFSET))
+            distributed = _distributed_sampler(train_loader)
+            events.append(_watch_epochs(distributed) if distributed is not None else None)
+            drops.append(
+                {
+                    "loader": bool(getattr(train_loader, "drop_last", False)),
+                    "sampler": bool(getattr(distributed, "drop_last", False)),
+                }
+            )
             got = worker.epoch_orders(train_loader, epochs)
             orders.append([[int(i) for i in o] for o in got])
             samplers.append(type(getattr(train_loader, "sampler", None)).__name__)
-        _send(SamplerReport(rank=rank, orders=orders, sampler=samplers[0]))
+        _send(
+            SamplerReport(
+                rank=rank, orders=orders, sampler=samplers[0], events=events, drop_last=drops
+            )
+        )
     finally:
         group.leave()
+
+
+def _distributed_sampler(loader: object) -> object | None:
+    """The DistributedSampler a loader draws from (its sampler, or its batch sampler's), if any."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    for found in (
+        getattr(loader, "sampler", None),
+        getattr(getattr(loader, "batch_sampler", None), "sampler", None),
+    ):
+        if isinstance(found, DistributedSampler):
+            return found
+    return None
+
+
+def _watch_epochs(sampler: object) -> list[tuple[str, int | str]]:
+    """Note, in the list returned, each set_epoch call on ``sampler`` and each pass over it.
+
+    The sampler's class is swapped for a subclass that notes both (a pass
+    is looked up on the class, so a wrapper on the instance would miss it).
+    """
+    noted: list[tuple[str, int | str]] = []  # (an epoch that is not an int: its repr)
+    kind = type(sampler)
+
+    class Watched(kind):
+        def set_epoch(self, epoch):
+            noted.append(("set", epoch if isinstance(epoch, int) else repr(epoch)))
+            return super().set_epoch(epoch)
+
+        def __iter__(self):
+            noted.append(("pass", self.epoch if isinstance(self.epoch, int) else repr(self.epoch)))
+            return super().__iter__()
+
+    Watched.__name__ = Watched.__qualname__ = kind.__name__
+    sampler.__class__ = Watched
+    return noted
 
 
 def model_wrap(rank: int, world_size: int, port: int, path: str) -> None:
