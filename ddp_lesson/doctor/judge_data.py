@@ -205,17 +205,22 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             note_shown(shown, "data_division", *_repeated_order(mine, repeats, ranks, line))
             continue
         if trained:
-            text = f"each rank iterated its own {counts[0]} of {size} training items" + (
-                f" ({len(shared)} repeated as padding)" if shared else ", no overlap"
-            )
-            if len(mine) > 1:
-                text += (
-                    f"; a new order in each of {len(mine)} epochs"
-                    if shuffled
-                    else f"; the same order in each of {len(mine)} epochs (shuffle=False)"
-                )
-            notes.append(text)
+            notes.append(_shares_text(counts[0], size, shared, len(mine), shuffled))
     return notes
+
+
+def _shares_text(count: int, size, shared: set[int], epochs: int, shuffled: bool) -> str:
+    """What was fine: each rank's own share, and a new order in each epoch (or none asked)."""
+    text = f"each rank iterated its own {count} of {size} training items" + (
+        f" ({len(shared)} repeated as padding)" if shared else ", no overlap"
+    )
+    if epochs > 1:
+        text += (
+            f"; a new order in each of {epochs} epochs"
+            if shuffled
+            else f"; the same order in each of {epochs} epochs (shuffle=False)"
+        )
+    return text
 
 
 def _by_loader(ranks, key: str) -> dict[int, dict[int, list[dict]]]:

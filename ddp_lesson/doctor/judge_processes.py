@@ -78,7 +78,8 @@ def judge_teardown(reading, outcome) -> Judged:
             shown, "teardown",
             f"the process group was still initialised when {ended} on {ranks_text(alive)}",
         )  # fmt: skip
-    elif returned:
+    elif returned and len(returned) == len([r for r in ranks if r.init]):
+        # (only when every rank that joined got there: else one never reached teardown)
         fine["teardown"] = (
             f"ranks {sorted({r.claimed_rank for r in returned})} released the group "
             f"(destroy_process_group) before {ended}"

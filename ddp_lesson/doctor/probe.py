@@ -164,11 +164,10 @@ def install(
     Args:
         settings: what the doctor told this run.
         index: the process number (mp.spawn's index, torchrun's RANK; 0 for the
-            script), counted on from the processes of the script's earlier starts.
+            script), after the processes of the script's earlier starts.
         nprocs: how many processes were started together with this one (0: unknown).
         script: this is the script's own process, which starts the ranks.
-        launch: which of the script's starts made this process (the number of
-            processes its earlier starts made).
+        launch: which of the script's starts made it (as ProcessRecord.launch).
     """
     learner_files.clear()
     process_state.update(
@@ -230,7 +229,8 @@ def own_folders(settings: Settings) -> list[str]:
     torch's own: the file ``mp.spawn`` makes in the temporary folder for
     each rank to write its traceback to (``pytorch-errorfile-*.pickle``,
     which torch never removes: the doctor does, see
-    :func:`.sandbox.remove_torch_files`) and torchrun's error file. The
+    :func:`.sandbox.remove_torch_files`) and torchrun's error file; and
+    multiprocessing's folder (``pymp-*``), which it removes itself. The
     script never asked for them, so the doctor does not report them.
     """
     import tempfile
@@ -240,6 +240,8 @@ def own_folders(settings: Settings) -> list[str]:
     # the doctor's folder lies beside the launch's (both in the doctor's temporary folder)
     folders = [settings.folder, os.path.join(os.path.dirname(settings.folder), FOLDER_PREFIX)]
     folders.append(os.path.join(tempfile.gettempdir(), SPAWN_ERROR_FILE_PREFIX))
+    # multiprocessing's own folder (its listener sockets, e.g. for a loader's workers)
+    folders.append(os.path.join(tempfile.gettempdir(), "pymp-"))
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:
         folders.append(os.path.dirname(os.path.abspath(error_file)))

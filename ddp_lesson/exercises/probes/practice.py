@@ -83,16 +83,46 @@ def _wrap(model: nn.Module, device: torch.device) -> nn.Module:
 
 
 # -- 12: accumulating with no_sync() -------------------------------------------------
-def _watch_clearing(model: nn.Module, optimizer: torch.optim.Optimizer, steps: list) -> list[int]:
-    """Note, in the list returned, how many backwards had run at each zero_grad() before the step.
+def _watch_exchanges(model: nn.Module) -> tuple[list[int], list[int]]:
+    """Note each bucket DDP all-reduces: its floats, and how many forwards had run before it.
 
-    Both the optimiser's and the model's ``zero_grad`` are watched: either
-    clears what the micro-batches before it added up. A backward counts
-    once it has added its gradient to the model's first parameter.
+    Returns the two lists, filled as the model runs.
     """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    exchanged: list[int] = []
+    forwards: list[int] = []  # one entry per forward of the model
+    exchanged_after: list[int] = []
+
+    def counting(state, bucket):  # DDP calls it for each bucket it all-reduces
+        exchanged.append(bucket.buffer().numel())
+        exchanged_after.append(len(forwards))
+        return default_hooks.allreduce_hook(state, bucket)
+
+    model.register_comm_hook(None, counting)
+    model.register_forward_pre_hook(lambda module, inputs: forwards.append(1))
+    return exchanged, exchanged_after
+
+
+def _watch_steps(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[list[int], list[int]]:
+    """Note each optimizer.step(), and how many backwards had run at each zero_grad() before it.
+
+    Returns the two lists, filled as the answer runs. Both the optimiser's
+    and the model's ``zero_grad`` are watched: either clears what the
+    micro-batches before it added up. A backward counts once it has added
+    its gradient to the model's first parameter.
+    """
+    steps: list[int] = []
     cleared: list[int] = []
     backwards: list[int] = []
     next(model.parameters()).register_post_accumulate_grad_hook(lambda p: backwards.append(1))
+    stepping = optimizer.step
+
+    def counted_step(*args, **kwargs):
+        steps.append(1)
+        return stepping(*args, **kwargs)
+
+    optimizer.step = counted_step
     for owner in (optimizer, model):
         clearing = owner.zero_grad
 
@@ -102,13 +132,12 @@ def _watch_clearing(model: nn.Module, optimizer: torch.optim.Optimizer, steps: l
             return _clearing(*args, **kwargs)
 
         owner.zero_grad = watched
-    return cleared
+    return steps, cleared
 
 
 def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None:
     """Call the learner's ``accumulate_step`` once on ``k`` micro-batches; count the exchange."""
     import torch.nn.functional as F
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     from ...data import digits
     from ...models import NeuralNetwork, flat_parameters
@@ -116,15 +145,6 @@ def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None
     worker = load(path)
     device = group.join(rank, world_size, port)
     try:
-        exchanged: list[int] = []
-        forwards: list[int] = []  # one entry per forward of the answer's model
-        exchanged_after: list[int] = []
-
-        def counting(state, bucket):  # DDP calls it for each bucket it all-reduces
-            exchanged.append(bucket.buffer().numel())
-            exchanged_after.append(len(forwards))
-            return default_hooks.allreduce_hook(state, bucket)
-
         torch.manual_seed(0)
         start = NeuralNetwork()
         features, labels = digits("train")[rank * k * MICRO_BATCH : (rank + 1) * k * MICRO_BATCH]
@@ -141,18 +161,9 @@ def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None
 
         model = _wrap(NeuralNetwork(), device)
         model.module.load_state_dict(start.state_dict())
-        model.register_comm_hook(None, counting)
+        exchanged, exchanged_after = _watch_exchanges(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-        steps = []
-        stepping = optimizer.step
-
-        def counted_step(*args, **kwargs):
-            steps.append(1)
-            return stepping(*args, **kwargs)
-
-        optimizer.step = counted_step
-        model.register_forward_pre_hook(lambda module, inputs: forwards.append(1))
-        cleared_after = _watch_clearing(model, optimizer, steps)
+        steps, cleared_after = _watch_steps(model, optimizer)
         worker.accumulate_step(model, optimizer, micro_batches)
         _send(
             AccumulateReport(
