@@ -55,8 +55,14 @@ def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVe
         return None
     waiting = {r.rank for r, _ in crashed}
     others = [r for r in ranks if r.rank not in waiting and not r.error and not r.stop]
-    spinning = [r for r in others if r.stopped_at and r.stopped_at != error["line"]]
-    gone = [r for r in others if r.returned]
+    # a rank found at the line that started the processes had left its function already
+    started = reading.lines.get("spawning")
+    outside = [r for r in others if started is not None and r.stopped_at == started]
+    spinning = [
+        r for r in others
+        if r.stopped_at and r.stopped_at != error["line"] and not r.returned and r not in outside
+    ]  # fmt: skip
+    gone = [r for r in others if r.returned or r in outside]
     lost = f"{ranks_text(sorted(waiting))} gave up waiting for it{quote(reading, error['line'])}"
     if spinning:
         other = spinning[0]
@@ -67,9 +73,11 @@ def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVe
             f"partners waited in; find out why rank {other.rank} stays at line {line}"
         )
     elif gone:
-        other, line = gone[0], None
+        other, line = gone[0], None  # (no stage owns where a rank chose to leave)
+        released = (other.destroyed or {}).get("line")
+        left = f", after destroy_process_group at line {released}," if released else ""
         evidence = (
-            f"rank {other.rank} had already returned from its function when {lost} (it "
+            f"rank {other.rank} had already returned from its function{left} when {lost} (it "
             f"raised {error['type']}): every rank must make the same training steps; find "
             f"the condition that lets rank {other.rank} leave early"
         )

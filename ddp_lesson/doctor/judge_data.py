@@ -72,6 +72,15 @@ def _repeated_order(mine, repeats, ranks, line) -> tuple[str, int | None]:
         f"(sampler epoch stayed {repeats[0]['epoch']})"
     )
     if not calls:
+        others = [c for c in (owner.set_epochs if owner else [])]
+        if others:
+            return (
+                f"{same}: set_epoch was called (line {others[0]['line']}), but on another "
+                "sampler than the one this DataLoader draws from (the loader's sampler was "
+                f"made at line {mine[0].get('sampler_line') or line}); call set_epoch on the "
+                "loader's own sampler (loader.sampler.set_epoch(epoch))",
+                others[0]["line"],
+            )
         return f"{same}: set_epoch was never called", line
     values = sorted({c["epoch"] for c in calls}, key=str)
     if len(values) == 1 and len(calls) > 1:
@@ -97,7 +106,8 @@ def data_verdict(ranks) -> Judged:
     disproved: list[str] = []
     notes = _index_notes(ranks, shown, disproved) + _stream_notes(ranks, shown)
     remarks = _compare_data_sets(ranks, shown)
-    fine = {"data_division": "; ".join(notes + remarks)} if notes else {}
+    said = dict.fromkeys(notes + remarks)  # (a loader built anew each epoch says it each time)
+    fine = {"data_division": "; ".join(said)} if notes else {}
     return Judged(tuple(shown), tuple(fine.items()), disproved=tuple(disproved))
 
 
@@ -147,6 +157,17 @@ def _overlap_text(first: list[dict], shared: set[int]) -> str:
     return f"{len(shared)} training items went to more than one rank (sampler: {sampler})"
 
 
+def _padded_text(line, counts: list[int], size, shared: set[int]) -> str:
+    """An evaluation loader whose DistributedSampler repeats items to pad the ranks' shares."""
+    extra = sum(counts) - (size or 0)
+    return (
+        f"the evaluation DataLoader (line {line}) hands out {sum(counts)} items "
+        f"for {size}: DistributedSampler pads with {extra} repeated index(es) "
+        f"{sorted(shared)}, so a metric summed over ranks counts them twice; "
+        "evaluate without padding (e.g. the whole set on one rank)"
+    )
+
+
 def _index_notes(ranks, shown, disproved) -> list[str]:
     """The indices each rank's map-style loaders iterated: faults noted, else what was fine.
 
@@ -181,14 +202,7 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             note_shown(shown, "data_division", _overlap_text(first, shared), line)
             continue
         if not trained and padded:
-            extra = sum(counts) - (size or 0)
-            text = (
-                f"the evaluation DataLoader (line {line}) hands out {sum(counts)} items "
-                f"for {size}: DistributedSampler pads with {extra} repeated index(es) "
-                f"{sorted(shared)}, so a metric summed over ranks counts them twice; "
-                "evaluate without padding (e.g. the whole set on one rank)"
-            )
-            note_shown(shown, "data_division", text, line)
+            note_shown(shown, "data_division", _padded_text(line, counts, size, shared), line)
             continue
         unseen = _unseen(first, len(ranks))
         if trained and unseen:
@@ -200,17 +214,50 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
         repeats = [
             e for e in mine[1:] if e["indices"] == mine[0]["indices"] and len(e["indices"]) > 1
         ]
-        shuffled = mine[0].get("shuffle", True)
+        shuffled = mine[0].get("shuffle", True) or len(repeats) < len(mine) - 1
         if trained and sampler == "DistributedSampler" and repeats and shuffled:
             note_shown(shown, "data_division", *_repeated_order(mine, repeats, ranks, line))
             continue
         if trained:
-            notes.append(_shares_text(counts[0], size, shared, len(mine), shuffled))
+            joined = any(e.get("join") for r in ranks for e in r.ddp)
+            uneven = None if joined else _uneven_steps(per_rank)
+            if uneven is not None:
+                note_shown(shown, "data_division", uneven, line)
+                continue
+            known = sampler in ("DistributedSampler", "RandomSampler", "SequentialSampler")
+            notes.append(_shares_text(counts[0], size, shared, len(mine), shuffled, known))
     return notes
 
 
-def _shares_text(count: int, size, shared: set[int], epochs: int, shuffled: bool) -> str:
-    """What was fine: each rank's own share, and a new order in each epoch (or none asked)."""
+def _uneven_steps(per_rank: list[list[dict]]) -> str | None:
+    """Ranks whose loaders give different numbers of batches in an epoch (with no join()).
+
+    DDP needs every rank to take the same number of steps: the rank with more
+    batches waits in its extra backward pass for ranks that have finished.
+    """
+    firsts = [entries[0] for entries in per_rank]
+    batches = [e["batches"] for e in firsts]
+    if len(set(batches)) < 2:
+        return None
+    per = ", ".join(f"rank {rank}: {n}" for rank, n in enumerate(batches))
+    drops = {bool(e.get("dropped")) for e in firsts}
+    why = " (drop_last differs from rank to rank)" if len(drops) > 1 else ""
+    return (
+        f"the ranks' loaders give different numbers of batches in an epoch ({per}){why}: "
+        "DDP needs the same number of steps on every rank, so the rank with more batches "
+        "waits in its extra backward pass for ranks that have finished (a hang, or a closed "
+        "connection). Give every rank the same number of batches (the same drop_last and "
+        "batch size everywhere), or train inside model.join()"
+    )
+
+
+def _shares_text(
+    count: int, size, shared: set[int], epochs: int, shuffled: bool, known: bool = True
+) -> str:
+    """What was fine: each rank's own share, and a new order in each epoch (or none asked).
+
+    ``known``: the sampler is torch's own, whose ``shuffle`` says whether it shuffles.
+    """
     text = f"each rank iterated its own {count} of {size} training items" + (
         f" ({len(shared)} repeated as padding)" if shared else ", no overlap"
     )
@@ -218,7 +265,8 @@ def _shares_text(count: int, size, shared: set[int], epochs: int, shuffled: bool
         text += (
             f"; a new order in each of {epochs} epochs"
             if shuffled
-            else f"; the same order in each of {epochs} epochs (shuffle=False)"
+            else f"; the same order in each of {epochs} epochs"
+            + (" (shuffle=False)" if known else "")
         )
     return text
 

@@ -119,6 +119,7 @@ from .probe_model import (  # noqa: F401
     count_forward,
     ddp_forward,
     ddp_init,
+    ddp_join_hook,
     note_backward,
     note_unused,
     recorded_backward,
@@ -202,20 +203,26 @@ def install(
             set_for_good((c10d, dist), name, recorded_collective(name))
     wrap_for_good(dist, "TCPStore", loopback_store)
     install_data_recording()
-    wrap_for_good(torch.autograd, "backward", recorded_backward)
-    wrap_for_good(DistributedDataParallel, "__init__", ddp_init)
-    wrap_for_good(DistributedDataParallel, "forward", ddp_forward)
-    register_optimizer_step_pre_hook(before_step)
-    register_optimizer_step_post_hook(after_step)
-    clipping = (torch.nn.utils, sys.modules["torch.nn.utils.clip_grad"])
-    wrap_for_good(clipping, "clip_grad_norm_", recorded_clip_norm)
-    wrap_for_good(clipping, "clip_grad_value_", recorded_clip_value)
+    install_model_recording()
     if settings.stand_in:
         install_cpu_stand_ins(settings.gpus)
     else:
         install_placement_record()
     if "ddp_lesson.group" in sys.modules:  # the lesson's ddp_setup, imported before this
         rewire(vars(sys.modules["ddp_lesson.group"]))
+
+
+def install_model_recording() -> None:
+    """Record training: backward passes, DDP's wrap, forward and join, steps and clips."""
+    wrap_for_good(torch.autograd, "backward", recorded_backward)
+    wrap_for_good(DistributedDataParallel, "__init__", ddp_init)
+    wrap_for_good(DistributedDataParallel, "forward", ddp_forward)
+    wrap_for_good(DistributedDataParallel, "join_hook", ddp_join_hook)
+    register_optimizer_step_pre_hook(before_step)
+    register_optimizer_step_post_hook(after_step)
+    clipping = (torch.nn.utils, sys.modules["torch.nn.utils.clip_grad"])
+    wrap_for_good(clipping, "clip_grad_norm_", recorded_clip_norm)
+    wrap_for_good(clipping, "clip_grad_value_", recorded_clip_value)
 
 
 #: How torch's ``mp.spawn`` names the file a rank writes its traceback to

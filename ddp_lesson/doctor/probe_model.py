@@ -183,6 +183,18 @@ def ddp_forward(original):
     return forward
 
 
+def ddp_join_hook(original):
+    """``DistributedDataParallel.join_hook``: note that the model trains inside ``join()``."""
+
+    def join_hook(self, *args, **kwargs):
+        for entry, module in process_state.get("ddp", []):
+            if module is self:
+                entry["join"] = True
+        return original(self, *args, **kwargs)
+
+    return join_hook
+
+
 def count_forward(module, inputs) -> None:
     if not torch.is_grad_enabled():
         return

@@ -93,7 +93,9 @@ class ProcessRecord:
         ddp: ``{"line", "device_ids", "module_device", "asked", "error",
             "find_unused", "unused"}`` per ``DistributedDataParallel(...)``;
             ``unused``: its parameters that got no gradient in the first
-            backward pass.
+            backward pass; ``join`` when it trained inside ``model.join()``,
+            ``sync_batchnorm`` its SyncBatchNorm layers run as batch norm on
+            CPU stand-ins.
         forwards: forward passes through DDP (``wrapped``), around it
             (``raw``), and the line of the first raw one (``raw_line``).
         steps: ``{"params", "grads", "held", "wrapped"}`` after each of the first

@@ -68,6 +68,9 @@ SAYS = {
     "syncbn_gpu": {"notes": "SyncBatchNorm, which needs GPUs, ran as plain batch norm"},
     "sweep_in_turn": {"teardown": "ranks [0, 1] released the group"},
     "sweep_at_once": {"process_group": "two groups the script started at once both meet"},
+    "custom_sampler": {"data_division": "a new order in each of 3 epochs"},
+    "set_epoch_other_sampler": {"data_division": "but on another sampler than the one"},
+    "drop_last_per_rank": {"data_division": "(rank 0: 3, rank 1: 4)"},
     # the launch route found by running the script as Python first
     "fit_spawn": {
         "launch": "python fit_spawn.py (it starts its processes with mp.spawn)",

@@ -1,0 +1,89 @@
+"""The doctor's judges return their verdicts and change nothing they are given.
+
+Each judge takes what the run left (the records of the ranks, the whole
+``Outcome``) and returns a frozen :class:`Judged`; ``judge.verdict`` puts
+them together. A judge that wrote into its arguments would make one
+judge's verdict depend on which ran before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddp_lesson.doctor import judge, read
+from ddp_lesson.doctor.judge_crash import crash_finding, crashes
+from ddp_lesson.doctor.judge_data import data_verdict
+from ddp_lesson.doctor.judge_evidence import Judged
+from ddp_lesson.doctor.judge_model import model_verdict
+from ddp_lesson.doctor.judge_processes import judge_group, judge_spawning, judge_teardown
+from ddp_lesson.doctor.record import Outcome, ProcessRecord
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "correct.py"
+
+
+def records() -> list[ProcessRecord]:
+    """Two ranks that joined, trained on overlapping data and parted, one left its group open."""
+    made = []
+    for rank in range(2):
+        made.append(
+            ProcessRecord(
+                rank,
+                claimed_rank=rank,
+                claimed_world_size=2,
+                init={"line": 10, "asked": "gloo", "backend": "gloo", "joined": True},
+                loaders=[{"line": 20, "loader": 0, "size": 8, "sampler": "RandomSampler",
+                          "sampler_line": None, "sampler_id": 1, "replicas": None,
+                          "shuffle": True, "epoch": None, "indices": list(range(8)),
+                          "dropped": [], "batches": 2, "used": 2, "trained": True}],
+                ddp=[{"line": 30, "device_ids": None, "module_device": "cpu", "asked": None,
+                      "error": None, "find_unused": False, "static_graph": False,
+                      "unused": []}],
+                steps=[{"params": 1.0 + rank, "grads": 1.0, "held": 2, "wrapped": 2}] * 2,
+                params=torch.tensor([1.0 + rank]),
+                returned=True,
+                alive_at_return=rank == 1,
+            )
+        )  # fmt: skip
+    return made
+
+
+def snapshot(value) -> str:
+    """Everything a record or outcome holds, as text (records compare by identity)."""
+    if isinstance(value, list):
+        return repr([snapshot(v) for v in value])
+    if isinstance(value, ProcessRecord):
+        return repr(value.fields())
+    return repr(value)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda reading, outcome: judge_spawning(reading, outcome),
+        lambda reading, outcome: judge_group(outcome.ranks),
+        lambda reading, outcome: data_verdict(outcome.ranks),
+        lambda reading, outcome: model_verdict(outcome.ranks, crashes(outcome)),
+        lambda reading, outcome: judge_teardown(reading, outcome),
+        lambda reading, outcome: crash_finding(reading, crashes(outcome), [], outcome.ranks),
+    ],
+    ids=["spawning", "group", "data", "model", "teardown", "crash"],
+)
+def test_a_judge_returns_its_verdict_and_changes_nothing(call):
+    reading = read.read(SCRIPT)
+    outcome = Outcome(ranks=records())
+    before = (snapshot(outcome.ranks), repr(dataclasses.asdict(reading)))
+    judged = call(reading, outcome)
+    assert isinstance(judged, Judged)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        judged.shown = ()  # a verdict, not a place to write
+    assert (snapshot(outcome.ranks), repr(dataclasses.asdict(reading))) == before
+
+
+def test_the_verdict_puts_the_judges_together():
+    outcome = Outcome(ranks=records())
+    diagnosis = judge.verdict(read.read(SCRIPT), outcome, 2)
+    assert set(diagnosis.faults) >= {"data_division", "model_wrapping", "teardown"}, diagnosis
