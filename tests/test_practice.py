@@ -182,7 +182,7 @@ def test_check_seeds_passes_a_right_answer():
         pytest.param(
             "practice_evaluate_rank0_sums.py",
             CONNECTING,
-            "does every rank reach it?",
+            "leaves the others waiting",
             marks=SEVERAL_RANKS,
         ),
     ],

@@ -436,14 +436,21 @@ NEVER_CAME = re.compile(
 LEFT = re.compile(r"Connection (closed|reset) by peer")
 
 
+#: How a collective comes to be reached by some ranks only, as a stranded rank's fix says it.
+UNPAIRED = (
+    "A collective inside `if rank == 0:`, or a rank that returns early or runs fewer steps, "
+    "leaves the others waiting"
+)
+
+
 def stranded(check: str, error: BaseException, *, stage: str, expected: str) -> Result | None:
     """The failure for a rank stranded in a collective that another rank did not call, or None.
 
     gloo ends such a wait itself: with a timeout when the partner never
     comes, or with a closed connection when the partner, busy elsewhere,
-    finished or failed and left the group. Either way the collective the
-    error names (or, with no line named, one of DDP's own) was reached by
-    some ranks only.
+    finished or failed and left the group. Either way a collective was
+    reached by some ranks only: the one the error names, or, with no line
+    named, one of the answer's that the other rank waited in meanwhile.
     """
     text = str(error)
     if NEVER_CAME.search(text):
@@ -460,15 +467,15 @@ def stranded(check: str, error: BaseException, *, stage: str, expected: str) -> 
         return None
     named = re.search(r"line \d+, in (\w+): (.+)", text)
     if named:
-        fix = (
+        where = (
             f"{named[1]}, the collective the error names ({named[2].strip()}): does every rank "
-            "reach it? one inside `if rank == 0:`, or a rank that skips it or returns early, "
-            "leaves the others waiting"
+            "reach it?"
         )
     else:
-        fix = (
-            "the error names no line of yours, so the collective was one of DDP's own (the "
-            "all-reduce in each backward): did every rank run the same steps, and call the "
-            "same collectives, or did one rank skip some or stop early?"
+        where = (
+            "the error names no line of yours: the rank was in a collective outside your code "
+            "(the check's own, or DDP's all-reduce in a backward) while another rank was "
+            "elsewhere; which of your collectives do only some ranks reach?"
         )
+    fix = f"{where} {UNPAIRED}"
     return failed(check, stage=stage, expected=expected, happened=f"{quote(error)}\n{why}", fix=fix)

@@ -45,7 +45,7 @@ from .base import (
 )
 from .script_source import calls_of, first_call_at, line_at, main_spawn_line, parsed
 from .script_training import LOG as LOG  # the stage a log line belongs to, named here too
-from .script_training import trains
+from .script_training import OPTIMIZERS, trains
 
 if TYPE_CHECKING:
     from ...doctor import Diagnosis
@@ -202,7 +202,9 @@ def _stage_verdicts(diagnosis: Diagnosis, tree: ast.Module, lines: list[str]) ->
                 stage=title,
                 expected=EXPECTED[key],
                 happened=verdict.evidence,
-                fix=line_at(lines, verdict.line) or stage(key).owner,
+                fix=_built_elsewhere(verdict.evidence, tree, lines)
+                or line_at(lines, verdict.line)
+                or stage(key).owner,
             )
         return failed(
             NAME,
@@ -212,6 +214,18 @@ def _stage_verdicts(diagnosis: Diagnosis, tree: ast.Module, lines: list[str]) ->
             fix=f"make sure main does {stage(key).owner}",
         )
     return None
+
+
+def _built_elsewhere(evidence: str, tree: ast.Module, lines: list[str]) -> str | None:
+    """Where to look when the doctor saw the optimiser step another model's parameters, or None.
+
+    The doctor names the ``optimizer.step()`` that changed nothing DDP
+    wraps; the fault is where the optimiser was built, from which model.
+    """
+    if "updates none of the parameters DDP wraps" not in evidence:
+        return None
+    built = first_call_at(tree, lines, *OPTIMIZERS)
+    return built and f"{built}: which model's parameters is it given?"
 
 
 def _passed(file: str, plan, epochs: object) -> Result:
