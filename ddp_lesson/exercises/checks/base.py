@@ -20,7 +20,7 @@ import functools
 import inspect
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import devices, launch
@@ -62,6 +62,9 @@ class Result:
         stage_hidden: the failure has a stage, but naming it is the exercise
             (the fault-finding checks, before the learner has found it):
             ``stage`` is ``None`` and the message says it is not shown yet.
+        held_back: the line that fixes a failure (``failed(..., answer=)``),
+            never printed or compared: :func:`told` moves it into ``fix``
+            once the tries allow it, and empties it.
     """
 
     check: str
@@ -72,6 +75,7 @@ class Result:
     fix: str = ""
     note: str = ""
     stage_hidden: bool = False
+    held_back: str = field(default="", repr=False, compare=False)
 
     def __bool__(self) -> bool:
         return self.status == PASSED
@@ -131,7 +135,7 @@ def failed(
     """
     result = Result(check, FAILED, stage, expected, happened, fix)
     if answer:
-        result._answer = answer  # not a field: never shown, never compared
+        result.held_back = answer
     return result
 
 
@@ -159,7 +163,7 @@ def told(result: Result, target: str, reveal: bool) -> Result:
     if result.status == PASSED:
         answers.forget_starting(prefix)
         return result
-    answer = result.__dict__.pop("_answer", "")
+    answer, result.held_back = result.held_back, ""
     if not answer:
         return result
     tries = answers.tried(prefix + answer)
