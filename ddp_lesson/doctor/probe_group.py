@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from .probe_state import (
     blocking,
+    group_key,
     is_learner,
     learner_line,
     mark_done,
@@ -281,7 +282,7 @@ def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
     (a backward pass averaging gradients) that itself waits for this rank.
     """
     store = recorded_store()
-    keys = [f"doctor/coll/{step}/{r}" for r in range(size)]
+    keys = [group_key("coll", step, r) for r in range(size)]
     deadline = time.monotonic() + process_state["settings"].wait_s
     seen: dict[int, tuple[bytes, float]] = {}  # what each missing rank was doing, since when
     while time.monotonic() < deadline:
@@ -289,8 +290,8 @@ def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
         if not missing:
             break
         for other in missing:
-            if store.check([f"doctor/done/{other}"]):
-                done = int(store.get(f"doctor/done/{other}"))
+            if store.check([group_key("done", other)]):
+                done = int(store.get(group_key("done", other)))
                 made = f" (it made {done} collective call(s) of its own)" if done else ""
                 stop_at_stage(
                     "process_group",
@@ -304,21 +305,44 @@ def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
             store.wait([keys[missing[0]]], datetime.timedelta(seconds=0.25))
     else:
         return  # the real call waits out the group's own timeout
-    ops = {r: store.get(keys[r]).decode() for r in range(size)}
-    if len({op.split(":")[0] for op in ops.values()}) > 1:
-        said = ", ".join(f"rank {r}: {op.replace(':', ' at line ')}" for r, op in ops.items())
+    ops = {r: store.get(keys[r]).decode().split(":") for r in range(size)}
+    if len({op[0] for op in ops.values()}) > 1:
+        said = ", ".join(f"rank {r}: {op[0]} at line {op[1]}" for r, op in ops.items())
         stop_at_stage(
             "process_group",
             f"the ranks called different collectives at the same point ({said}): "
             "every rank must call the same collectives in the same order",
             line,
         )
+    shapes = {r: op[2] for r, op in ops.items() if len(op) > 2 and op[2]}
+    if name in SAME_SHAPE and len(shapes) == size and len(set(shapes.values())) > 1:
+        said = ", ".join(f"rank {r}: {shape}" for r, shape in shapes.items())
+        stop_at_stage(
+            "process_group",
+            f"the ranks passed {name}() (line {line}) tensors of different shapes ({said}): "
+            f"{name} needs the same shape on every rank (pad to the largest, or gather the "
+            "sizes first)",
+            line,
+        )
+
+
+#: Collectives whose tensor must have the same shape on every rank.
+SAME_SHAPE = {"all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce",
+              "reduce_scatter_tensor"}  # fmt: skip
+
+
+def tensor_shape(arguments: dict) -> str:
+    """The shape of the tensor a collective was given, as text ("" when it has none)."""
+    given = arguments.get("tensor", arguments.get("input_tensor"))
+    if not isinstance(given, torch.Tensor):
+        given = next((v for v in arguments.values() if isinstance(v, torch.Tensor)), None)
+    return "x".join(map(str, given.shape)) if isinstance(given, torch.Tensor) else ""
 
 
 def check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> None:
     """Stop when ``other`` has sat in one DDP step all the while this rank waited for it."""
     store = process_state["store"]
-    key = f"doctor/where/{other}"
+    key = group_key("where", other)
     if not store.check([key]):
         return
     where = store.get(key)
@@ -365,7 +389,8 @@ def recorded_collective(name: str) -> Callable:
         rank, size = dist.get_rank(), dist.get_world_size()
         step = len(record.collectives)
         record.collectives.append({"op": name, "line": line})
-        recorded_store().set(f"doctor/coll/{step}/{rank}", f"{name}:{line}")
+        shape = tensor_shape(signature.bind_partial(*args, **kwargs).arguments)
+        recorded_store().set(group_key("coll", step, rank), f"{name}:{line}:{shape}")
         wait_for_all(name, line, step, rank, size)
         with blocking(name, line):
             return real(*args, **kwargs)

@@ -218,7 +218,7 @@ def say_where(op: str, line: int | None) -> None:
     if op in DDP_STEPS and store is not None and record.claimed_rank is not None:
         process_state["steps"] = steps = process_state.get("steps", 0) + 1
         with contextlib.suppress(Exception):
-            store.set(f"doctor/where/{record.claimed_rank}", f"{op}:{line}:{steps}")
+            store.set(group_key("where", record.claimed_rank), f"{op}:{line}:{steps}")
 
 
 def on_terminate(signum, frame) -> None:
@@ -232,13 +232,19 @@ def on_terminate(signum, frame) -> None:
     os.kill(os.getpid(), signum)
 
 
+def group_key(kind: str, *parts: object) -> str:
+    """A key of the doctor's store for this process's group: each of a script's starts of
+    processes has keys of its own (a later group must not read an earlier one's)."""
+    return "/".join(["doctor", kind, str(process_state.get("launch", 0)), *map(str, parts)])
+
+
 def mark_done() -> None:
     record = process_state["record"]
     if record.claimed_rank is not None and process_state.get("store") is not None:
         try:
             done = str(len(record.collectives))
             store = process_state["store"]
-            store.set(f"doctor/done/{record.claimed_rank}", done)
+            store.set(group_key("done", record.claimed_rank), done)
             # the rank is free for a later start of the script's (see recorded_init)
             launch = str(process_state.get("launch", 0))
             if process_state.get("holds"):

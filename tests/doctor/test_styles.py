@@ -71,6 +71,7 @@ SAYS = {
     "custom_sampler": {"data_division": "a new order in each of 3 epochs"},
     "set_epoch_other_sampler": {"data_division": "but on another sampler than the one"},
     "drop_last_per_rank": {"data_division": "(rank 0: 3, rank 1: 4)"},
+    "gather_uneven": {"process_group": "tensors of different shapes (rank 0: 11, rank 1: 10)"},
     # the launch route found by running the script as Python first
     "fit_spawn": {
         "launch": "python fit_spawn.py (it starts its processes with mp.spawn)",
