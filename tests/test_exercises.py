@@ -488,6 +488,7 @@ def test_fault_check_of_a_file_that_was_not_planted(tmp_path):
         ("script_no_rank.py", CONNECTING, "RANK expected"),
         # the doctor's evidence is its own; the check says what the stage must show
         ("script_no_sampler.py", SPLITTING, "each rank its own shard"),
+        ("script_sampler_unshuffled.py", SPLITTING, "the same order in each of"),
         ("script_no_wrap.py", SYNCING, "one DDP-wrapped model"),
         ("script_no_destroy.py", TEARDOWN, "releases the group"),
         ("script_setup_renamed.py", CONNECTING, "the script has no function called ddp_setup"),

@@ -122,6 +122,7 @@ def test_check_global_batch_passes_a_right_answer_and_spots_stubs():
         ("practice_accumulate_unscaled.py", "a step 4 times as large"),
         ("practice_accumulate_never_sync.py", "DDP's own gradient exchange never ran"),
         ("practice_accumulate_cleared_each.py", "zero_grad() ran 3 time(s) after a backward"),
+        ("practice_accumulate_grads_kept.py", "were still in .grad when the second began"),
         pytest.param(
             "practice_accumulate_sync_first.py",
             "DDP's all-reduce ran in backward 1 of 4",
@@ -161,6 +162,7 @@ def test_check_accumulate_of_a_stub_or_missing_file_is_not_attempted(tmp_path):
         ("practice_seeds_same_generator.py", "ranks drew the same noise"),
         ("practice_seeds_from_clock.py", "cannot be reproduced"),
         ("practice_seeds_fixed_order.py", "another seed, another order"),
+        ("practice_seeds_rank_times_seed.py", "the same noise from a loader built with seed"),
     ],
 )
 def test_check_seeds_fails_wrong_answers(answer, fragment):

@@ -59,12 +59,33 @@ def check_accumulate(path: str | Path, *, reveal: bool = False) -> Result:
         wrong = _ranks_differ(ranks_gap, first["exchanged_after"], k)
     if wrong is None and gap > SAME:
         wrong = _step_wrong(first, k, len(got), gap)
+    if wrong is None:
+        wrong = _left_behind(first)
     if wrong is not None:
         return wrong
     return passed(
         NAME,
         f"{k} micro-batches, one all-reduce of the whole gradient, and the same weights as "
         f"one step on all {k * probes.MICRO_BATCH} images, on every rank.",
+    )
+
+
+def _left_behind(first: dict) -> Result | None:
+    """The failure when a second call does not step as a second step from cleared gradients."""
+    gap = reports.max_abs_difference([first["one_batch_again"], first["params_again"]])
+    if gap <= SAME:
+        return None
+    return failed(
+        NAME,
+        stage=MODEL,
+        expected="a second call that steps from cleared gradients, as a second step on all "
+        "the images does",
+        happened=f"the first call was right, but after a second one the weights differ from "
+        f"two such steps by up to {gap:.3g}: the first call's gradients were still in .grad "
+        "when the second began",
+        fix="accumulate_step: what is left in each parameter's .grad when it returns, and "
+        "where is it cleared?",
+        answer="optimizer.zero_grad() after optimizer.step()",
     )
 
 
@@ -184,8 +205,9 @@ def _step_wrong(first: dict, k: int, world_size: int, gap: float) -> Result:
             NAME,
             stage=MODEL,
             expected=expected,
-            happened=f"a step in the right direction but {world_size} times too small: the "
-            "gradients were divided by the number of ranks as well",
+            happened=f"a step in the right direction but {world_size} times too small, as if "
+            "each loss were divided by the number of ranks as well (or by more than the "
+            "number of micro-batches)",
             fix=f"{where}: DDP's all-reduce already averages over the ranks; what is each loss "
             "divided by?",
             answer="(loss / len(micro_batches)).backward()",

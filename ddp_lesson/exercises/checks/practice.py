@@ -190,7 +190,7 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
             "shuffle's order follow from the seed make_loader is given?",
             answer="DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed)",
         )
-    wrong = _noise_wrong(got)
+    wrong = _noise_wrong(got, seed)
     if wrong is not None:
         return wrong
     return passed(
@@ -200,7 +200,7 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
     )
 
 
-def _noise_wrong(got: list[dict]) -> Result | None:
+def _noise_wrong(got: list[dict], seed: int) -> Result | None:
     """check_seeds' failure when ranks drew the same noise, or a rebuilt loader other noise."""
     name = "check_seeds"
     noises = [r["noise"] for r in got]
@@ -213,6 +213,18 @@ def _noise_wrong(got: list[dict]) -> Result | None:
             fix="make_loader, where the DataLoader is built: its workers' random numbers follow "
             "from the loader's random generator, which every rank seeded alike; its seed "
             "must differ from rank to rank and still follow from seed",
+            answer="DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))",
+        )
+    unmoved = [r["rank"] for r in got if r["noise"][:4] == r["renoised"][:4]]
+    if unmoved:
+        return failed(
+            name,
+            stage=DATA,
+            expected="augmentation noise that follows from seed on every rank",
+            happened=f"rank {unmoved[0]} drew the same noise from a loader built with seed "
+            f"{seed} and with seed {seed + 1}",
+            fix="make_loader, where the loader's generator is seeded: does every rank's seed "
+            "change when seed does?",
             answer="DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))",
         )
     if any(r["noise"] != r["again"] for r in got):
@@ -341,7 +353,7 @@ def _accuracy_wrong(got: list[dict], accuracy: float, on: str) -> Result | None:
                 "check_evaluate",
                 stage=GROUP,
                 expected="right answers / images, counted over all ranks",
-                happened=f"{on}: {accuracy:.4f}, the mean of the ranks' accuracies: the parts "
+                happened=f"{on}: {accuracy:.6g}, the mean of the ranks' accuracies: the parts "
                 "have different sizes",
                 fix="evaluate, after counting: parts of different sizes weigh differently; "
                 "combine the counts, not the accuracies",
@@ -351,7 +363,7 @@ def _accuracy_wrong(got: list[dict], accuracy: float, on: str) -> Result | None:
             "check_evaluate",
             stage=GROUP,
             expected="the accuracy of the model it is given, on the test set it is given",
-            happened=f"{on}: every rank returned {accuracy:.4f}, which is not the share of "
+            happened=f"{on}: every rank returned {accuracy:.6g}, which is not the share of "
             "those images the model gets right",
             fix="evaluate: is the accuracy computed from the model's predictions, with right "
             "answers and images added up over all ranks?",

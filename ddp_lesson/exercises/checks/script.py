@@ -191,6 +191,9 @@ def _stage_verdicts(diagnosis: Diagnosis, tree: ast.Module, lines: list[str]) ->
         )
     for key, verdict in diagnosis.stages.items():
         if verdict.status == doctor.OK:
+            unshuffled = _unshuffled(verdict.evidence) if key == "data_division" else None
+            if unshuffled is not None:
+                return unshuffled
             continue
         title = stage(key).title
         if verdict.status == doctor.FAULT:
@@ -214,6 +217,21 @@ def _stage_verdicts(diagnosis: Diagnosis, tree: ast.Module, lines: list[str]) ->
             fix=f"make sure main does {stage(key).owner}",
         )
     return None
+
+
+def _unshuffled(evidence: str) -> Result | None:
+    """A failure when the doctor saw every epoch iterate one order (a sampler that never
+    shuffles): the exercise asks for each epoch reshuffled."""
+    if "the same order in each of" not in evidence:
+        return None
+    return failed(
+        NAME,
+        stage=stage("data_division").title,
+        expected=EXPECTED["data_division"],
+        happened=f"the run showed: {evidence}",
+        fix="where the DistributedSampler is built: does it shuffle?",
+        answer="DistributedSampler(train_dataset), whose shuffle=True is the default",
+    )
 
 
 def _built_elsewhere(evidence: str, tree: ast.Module, lines: list[str]) -> str | None:

@@ -146,8 +146,15 @@ def _one_process_per_rank(name: str, plan, ranks: list[int]) -> Result | None:
             name,
             stage=SPAWNING,
             expected=f"ranks {expected}, one process each",
-            happened=f"ranks {ranks} reported",
-            fix="start(): how many processes does it start, and is each given a rank of its own?",
+            happened=f"ranks {ranks} reported"
+            + (
+                " (the check hears from the processes mp.spawn or mp.start_processes starts, "
+                "and from no others)"
+                if not ranks
+                else ""
+            ),
+            fix="start(): how many processes does it start with mp.spawn, and is each given a "
+            "rank of its own?",
         )
     return None
 

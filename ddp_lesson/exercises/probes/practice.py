@@ -37,6 +37,8 @@ class AccumulateReport(TypedDict):
     params: torch.Tensor
     one_batch: torch.Tensor
     start: torch.Tensor
+    params_again: torch.Tensor  # after a second call on the same micro-batches
+    one_batch_again: torch.Tensor  # after a second reference step
     exchanged_after: list[int]  # for each bucket DDP all-reduced: the forwards run before it
     cleared_after: list[int]  # for each zero_grad() before the step: the backwards run before it
 
@@ -69,6 +71,7 @@ class SeedsReport(TypedDict):
     noise: list[float]
     again: list[float]
     reordered: list[int]  # the indices from a loader built with the next seed
+    renoised: list[float]  # and its noise
 
 
 def _send(report: dict) -> None:
@@ -158,6 +161,10 @@ def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None
         optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
         F.cross_entropy(reference(features), labels).backward()
         optimizer.step()
+        one_batch = flat_parameters(reference)
+        optimizer.zero_grad()  # a second step, from cleared gradients
+        F.cross_entropy(reference(features), labels).backward()
+        optimizer.step()
 
         model = _wrap(NeuralNetwork(), device)
         model.module.load_state_dict(start.state_dict())
@@ -165,19 +172,22 @@ def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         steps, cleared_after = _watch_steps(model, optimizer)
         worker.accumulate_step(model, optimizer, micro_batches)
-        _send(
-            AccumulateReport(
-                rank=rank,
-                gradient_floats=sum(p.numel() for p in start.parameters()),
-                floats_exchanged=sum(exchanged),
-                optimizer_steps=len(steps),
-                params=flat_parameters(model),
-                one_batch=flat_parameters(reference),
-                start=flat_parameters(start),
-                exchanged_after=exchanged_after,
-                cleared_after=cleared_after,
-            )
+        report = AccumulateReport(
+            rank=rank,
+            gradient_floats=sum(p.numel() for p in start.parameters()),
+            floats_exchanged=sum(exchanged),
+            optimizer_steps=len(steps),
+            params=flat_parameters(model),
+            one_batch=one_batch,
+            start=flat_parameters(start),
+            exchanged_after=list(exchanged_after),
+            cleared_after=list(cleared_after),
         )
+        worker.accumulate_step(model, optimizer, micro_batches)  # what the first left behind
+        report.update(
+            params_again=flat_parameters(model), one_batch_again=flat_parameters(reference)
+        )
+        _send(report)
         del model, reference
     finally:
         group.leave()
@@ -223,9 +233,16 @@ def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
 
         indices, noise = one_epoch(seed)
         _, again = one_epoch(seed)
-        reordered, _ = one_epoch(seed + 1)
+        reordered, renoised = one_epoch(seed + 1)
         _send(
-            SeedsReport(rank=rank, indices=indices, noise=noise, again=again, reordered=reordered)
+            SeedsReport(
+                rank=rank,
+                indices=indices,
+                noise=noise,
+                again=again,
+                reordered=reordered,
+                renoised=renoised,
+            )
         )
     finally:
         group.leave()
