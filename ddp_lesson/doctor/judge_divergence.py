@@ -129,12 +129,15 @@ def _changed_parameters(ranks, spans, before, now) -> Cause:
         if changed(b["params"], n["params"])
     ]
     line = now[0]["line"]
-    who = ranks_text(movers) if movers else "the ranks"
+    if movers and len(movers) < len(ranks):
+        who = f"{ranks_text(movers)} changed the model's parameters"
+        others = "and the other ranks did not"
+    else:
+        who, others = "the ranks changed the model's parameters", "not the same way"
     return Cause(
-        f"{who} changed the model's parameters {after} and before the next forward pass "
-        f"(line {line}), outside the optimiser's step, and the other ranks did not (or not "
-        "the same way): DDP averages gradients, not parameters, so a change made on one "
-        "rank stays on that rank. Make such a change on every rank, or through the "
+        f"{who} {after} and before the next forward pass (line {line}), outside the "
+        f"optimiser's step, {others}: DDP averages gradients, not parameters, so a change "
+        "made on one rank stays on that rank. Make such a change on every rank, or through the "
         "optimiser",
         before[0]["line"] if before[0]["event"] == "step" else line,
     )
@@ -175,10 +178,13 @@ def _changed_gradients(ranks, spans, before, now) -> Cause | None:
         for r, b, n in zip(ranks, before, now, strict=True)
         if changed(b["grads"], n["grads"])
     ]
-    who = ranks_text(movers) if movers else "some ranks"
+    if movers and len(movers) < len(ranks):
+        who, others = ranks_text(movers), "and the other ranks did not"
+    else:
+        who, others = "the ranks", "not the same way"
     return Cause(
         f"{who} changed the gradients after backward (line {before[0]['line']}) and before "
-        f"optimizer.step() (line {step}), and the other ranks did not: DDP averaged them in "
+        f"optimizer.step() (line {step}), {others}: DDP averaged them in "
         "backward, so a change after it stays on the rank that makes it. Make it on every "
         "rank the same way",
         step,
@@ -188,22 +194,20 @@ def _changed_gradients(ranks, spans, before, now) -> Cause | None:
 def _stepped_apart(ranks: list[int], before, now) -> Cause:
     """Equal parameters and gradients before a step, apart after it: the optimisers differ."""
     line = now[0]["line"]
-    settings = [e.get("settings") for e in before]
+    settings = [e.get("settings") or [] for e in before]
     differing = sorted(
-        {
-            key
-            for groups in settings
-            for group in groups or ()
-            for key in group
-            if len({repr((s or [{}])[0].get(key)) for s in settings}) > 1
-        }
+        (at, key)
+        for at in range(min(len(groups) for groups in settings))
+        for key in settings[0][at]
+        if len({repr(groups[at].get(key)) for groups in settings}) > 1
     )
     if differing:
-        key = differing[0]
+        at, key = differing[0]
+        group = f" (parameter group {at})" if at else ""
         values = ", ".join(
-            f"rank {rank} {key}={(s or [{}])[0].get(key)}"
-            for rank, s in zip(ranks, settings, strict=True)
-        )
+            f"rank {rank} {key}={groups[at].get(key)}"
+            for rank, groups in zip(ranks, settings, strict=True)
+        ) + group
         return Cause(
             f"the ranks' optimisers differ ({values}): from the same averaged gradients "
             f"optimizer.step() (line {line}) moved each rank's parameters by a different "

@@ -149,8 +149,8 @@ def _optimizer_elsewhere(ranks: list[ProcessRecord]) -> tuple[str, int | None] |
     at = f" (line {line})" if line else ""
     return (
         f"optimizer.step(){at} updates none of the parameters DDP wraps: the optimiser holds "
-        f"{steps[0]['held']} tensor(s) of another model, so the wrapped model never trains "
-        "(its parameters stay as they started, the same on every rank). Build the optimiser "
+        f"{steps[0]['held']} tensor(s) of another model, so nothing steps the wrapped "
+        "model's parameters. Build the optimiser "
         "from the parameters of the model DDP wraps (e.g. ddp_model.parameters())",
         line,
     )

@@ -315,8 +315,8 @@ def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
             line,
         )
     shapes = {r: op[2] for r, op in ops.items() if len(op) > 2 and op[2]}
-    if name in SAME_SHAPE and len(shapes) == size and len(set(shapes.values())) > 1:
-        said = ", ".join(f"rank {r}: {shape}" for r, shape in shapes.items())
+    if name in SAME_SHAPE and len(shapes) == size and unequal(shapes):
+        said = ", ".join(f"rank {r}: {shape.split('|')[0]}" for r, shape in shapes.items())
         stop_at_stage(
             "process_group",
             f"the ranks passed {name}() (line {line}) tensors of different shapes ({said}): "
@@ -332,11 +332,45 @@ SAME_SHAPE = {"all_reduce", "all_gather", "all_gather_into_tensor", "broadcast",
 
 
 def tensor_shape(arguments: dict) -> str:
-    """The shape of the tensor a collective was given, as text ("" when it has none)."""
+    """The shape of the tensor a collective was given, as text ("" when it has none).
+
+    For ``all_gather``, ``|`` and the shapes of the list it gathers into follow.
+    """
+
+    def spelled(tensor) -> str:
+        return "x".join(map(str, tensor.shape))
+
     given = arguments.get("tensor", arguments.get("input_tensor"))
     if not isinstance(given, torch.Tensor):
         given = next((v for v in arguments.values() if isinstance(v, torch.Tensor)), None)
-    return "x".join(map(str, given.shape)) if isinstance(given, torch.Tensor) else ""
+    if not isinstance(given, torch.Tensor):
+        return ""
+    into = arguments.get("tensor_list")
+    if isinstance(into, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in into):
+        return spelled(given) + "|" + ",".join(spelled(t) for t in into)
+    return spelled(given)
+
+
+def unequal(shapes: dict[int, str]) -> bool:
+    """Whether the ranks' tensors do not fit one collective.
+
+    Equal shapes fit. For ``all_gather`` (shapes with ``|``) rank r's tensor
+    may differ from the others' (NCCL gathers uneven tensors) as long as
+    every rank's list holds a tensor of rank r's shape at place r.
+
+    >>> unequal({0: "4", 1: "4"}), unequal({0: "4", 1: "3"})
+    (False, True)
+    >>> unequal({0: "4|4,3", 1: "3|4,3"}), unequal({0: "4|4,4", 1: "3|3,3"})
+    (False, True)
+    """
+    mine = {r: shape.split("|")[0] for r, shape in shapes.items()}
+    lists = {r: shape.split("|")[1].split(",") for r, shape in shapes.items() if "|" in shape}
+    if len(lists) < len(shapes):
+        return len(set(mine.values())) > 1
+    return any(
+        len(into) != len(mine) or any(into[r] != mine[r] for r in mine)
+        for into in lists.values()
+    )
 
 
 def check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> None:
