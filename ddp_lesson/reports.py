@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
@@ -119,6 +120,77 @@ def send_report(rank: int, **fields: object) -> None:
         print(f"[rank {rank}]", fields)
         return
     destination.send(rank, fields)
+
+
+def send_typed(report: Mapping[str, Any]) -> None:
+    """Send a report built as a probe's ``TypedDict``, which holds its own ``"rank"``.
+
+    The launching process reads it back with :func:`read_as` and the same type.
+    """
+    send_report(report["rank"], **{key: value for key, value in report.items() if key != "rank"})
+
+
+#: A report type: a ``TypedDict`` that holds "rank" and what a probe measured.
+Report = TypeVar("Report", bound=Mapping[str, Any])
+
+
+class ReportMismatch(TypeError):
+    """A rank's report whose keys are not those of the type it is read as."""
+
+
+def sends(kind: type[Report]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Declare which ``TypedDict`` a rank function sends: ``@sends(GroupReport)``.
+
+    The launching process reads the reports of that function's ranks with
+    :func:`reports_of`, so the type is written once, beside the function.
+    """
+
+    def declare(function: Callable[..., None]) -> Callable[..., None]:
+        function.sends = kind  # type: ignore[attr-defined]
+        return function
+
+    return declare
+
+
+def read_as(kind: type[Report], reports: Iterable[Mapping[str, Any]]) -> list[Report]:
+    """``reports`` as ``kind``, after checking each holds exactly the keys ``kind`` declares.
+
+    Raises:
+        ReportMismatch: a report lacks a declared key or holds one ``kind`` does not
+            declare (the rank function and its type have drifted apart).
+
+    >>> from typing import TypedDict
+    >>> class Seen(TypedDict):
+    ...     rank: int
+    ...     total: float
+    >>> read_as(Seen, [{"rank": 0, "total": 1.0}])
+    [{'rank': 0, 'total': 1.0}]
+    >>> try:
+    ...     read_as(Seen, [{"rank": 0, "sum": 1.0}])
+    ... except ReportMismatch as error:
+    ...     print(error)
+    rank 0's report is not a Seen: missing ['total'], not declared ['sum']
+    """
+    declared = set(kind.__required_keys__) | set(kind.__optional_keys__)  # type: ignore[attr-defined]
+    read = []
+    for report in reports:
+        missing = sorted(set(kind.__required_keys__) - set(report))  # type: ignore[attr-defined]
+        extra = sorted(set(report) - declared)
+        if missing or extra:
+            raise ReportMismatch(
+                f"rank {report.get('rank')}'s report is not a {kind.__name__}: "
+                f"missing {missing}, not declared {extra}"
+            )
+        read.append(report)
+    return read  # type: ignore[return-value]
+
+
+def reports_of(function: Callable[..., None], reports: Iterable[Mapping[str, Any]]) -> list:
+    """The reports of ``function``'s ranks, read as the type it declares with :func:`sends`."""
+    kind = getattr(function, "sends", None)
+    if kind is None:
+        raise TypeError(f"{function.__qualname__} declares no report type: add @sends(...)")
+    return read_as(kind, reports)
 
 
 def send_progress(rank: int, done: int, total: int) -> None:

@@ -70,7 +70,7 @@ def check_accumulate(path: str | Path, *, reveal: bool = False) -> Result:
     )
 
 
-def _left_behind(first: dict) -> Result | None:
+def _left_behind(first: probes.AccumulateReport) -> Result | None:
     """The failure when a second call does not step as a second step from cleared gradients."""
     gap = reports.max_abs_difference([first["one_batch_again"], first["params_again"]])
     if gap <= SAME:
@@ -181,7 +181,7 @@ def _ranks_differ(ranks_gap: float, exchanged_after: list[int], k: int) -> Resul
     )
 
 
-def _step_wrong(first: dict, k: int, world_size: int, gap: float) -> Result:
+def _step_wrong(first: probes.AccumulateReport, k: int, world_size: int, gap: float) -> Result:
     """The failure for a step that differs from one step on all micro-batches at once."""
     moved = first["params"] - first["start"]
     wanted = first["one_batch"] - first["start"]

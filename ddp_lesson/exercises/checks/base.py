@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import devices, launch
+from ...reports import ReportMismatch, reports_of
 from . import answers
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted yet"
@@ -211,13 +212,25 @@ def quote(error: BaseException) -> str:
     return text if len(text) <= QUOTED_CHARS else text[: QUOTED_CHARS - 3] + "..."
 
 
+def run_probe(probe: Callable[..., None], world_size: int, *args: object) -> list:
+    """Run ``probe`` on ``world_size`` ranks; its reports, read as the type it declares.
+
+    Each report is the ``TypedDict`` the probe declares with ``reports.sends``,
+    or :class:`~ddp_lesson.reports.ReportMismatch` is raised; a failed launch
+    raises as :func:`ddp_lesson.launch.run_ranks` does.
+    """
+    reported = launch.run_ranks(probe, world_size, *args, timeout_s=CHECK_TIMEOUT_S)
+    return reports_of(probe, reported)
+
+
 def launch_probe(
-    world_size: int, probe: Callable, *args: object
-) -> tuple[list[dict] | None, BaseException | None]:
-    """Run ``probe`` on ``world_size`` ranks; return ``(reports, None)`` or ``(None, error)``."""
+    world_size: int, probe: Callable[..., None], *args: object
+) -> tuple[list | None, BaseException | None]:
+    """:func:`run_probe`, returning ``(reports, None)``, or ``(None, error)`` on a failed launch."""
     try:
-        reports = launch.run_ranks(probe, world_size, *args, timeout_s=CHECK_TIMEOUT_S)
-        return reports, None
+        return run_probe(probe, world_size, *args), None
+    except ReportMismatch:
+        raise  # the course's own probe and its type disagree: not the learner's error
     except (launch.LaunchError, ValueError, TypeError) as error:
         return None, error
 

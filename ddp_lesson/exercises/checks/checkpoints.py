@@ -114,7 +114,9 @@ def _stranded(error: BaseException) -> Result | None:
     )
 
 
-def _require_start(got: list[dict], epoch: int, expected: str, fix: str, answer: str = "") -> None:
+def _require_start(
+    got: list[probes.TrainReport], epoch: int, expected: str, fix: str, answer: str = ""
+) -> None:
     """End the check unless ``load_checkpoint`` returned ``epoch`` on every rank."""
     starts = sorted({repr(r["start"]) for r in got})
     if len(starts) > 1:
@@ -139,7 +141,7 @@ def _require_start(got: list[dict], epoch: int, expected: str, fix: str, answer:
         )
 
 
-def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
+def _first_run(got: list[probes.TrainReport], file: str, world_size: int) -> Result | None:
     _require_start(
         got, 0, "load_checkpoint to return 0 when there is no checkpoint yet",
         "load_checkpoint: if the file does not exist, return 0",
@@ -190,7 +192,7 @@ def _first_run(got: list[dict], file: str, world_size: int) -> Result | None:
     return None
 
 
-def _resumed(got: list[dict], reference: list) -> Result:
+def _resumed(got: list[probes.TrainReport], reference: list) -> Result:
     _require_start(
         got, 1, "the resumed run to start at epoch 1: the checkpoint holds epoch 0",
         "load_checkpoint's return: the epoch to start at is the one after the saved one",

@@ -59,7 +59,7 @@ def _defined(name: str) -> str:
     return rf"^\s*def {name}\("
 
 
-def _kept(report: dict, grad_gaps: list[float], finish_at: str) -> Result | None:
+def _kept(report: probes.HooksReport, grad_gaps: list[float], finish_at: str) -> Result | None:
     """The failure for handles of earlier steps kept, and used again by a later finish().
 
     Seen as waits (or futures taken) in a step on handles an earlier step
@@ -98,7 +98,7 @@ def _kept(report: dict, grad_gaps: list[float], finish_at: str) -> Result | None
         expected="finish() in each step to wait for and divide that step's all-reduces, and only "
         "those",
         happened=f"{seen}, so finish() went through them again, and what it does per handle "
-            f"(divide "
+        f"(divide "
         "a gradient) was done again. "
         f"The gradients: {right}from step {first} on they differed from DDP's by up to "
         f"{max(grad_gaps[first - 1 :]):.3g}",
@@ -152,7 +152,7 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
     )
 
 
-def _start_wrong(name: str, got: list[dict], broadcast_at: str) -> Result | None:
+def _start_wrong(name: str, got: list[probes.HooksReport], broadcast_at: str) -> Result | None:
     """Step 1: every rank must start from rank 0's parameters and buffers."""
     start_gap = max(r["start_gap"] for r in got)
     starts = (
@@ -195,7 +195,9 @@ def _start_wrong(name: str, got: list[dict], broadcast_at: str) -> Result | None
     return None
 
 
-def _exchange_wrong(name: str, path: Path, report: dict, hooks_at: str) -> Result | None:
+def _exchange_wrong(
+    name: str, path: Path, report: probes.HooksReport, hooks_at: str
+) -> Result | None:
     """Steps 2 and 3: hooks start one asynchronous all-reduce per gradient during backward."""
     calls = [c for step in report["calls"] for c in step]
     # 2. the all-reduces start from hooks, while backward still runs
@@ -224,7 +226,7 @@ def _exchange_wrong(name: str, path: Path, report: dict, hooks_at: str) -> Resul
             stage=MODEL,
             expected="each hook to all-reduce the parameter's gradient, param.grad",
             happened=f"an all-reduce was given the parameter {wrong['parameter']} itself, its "
-                f"values "
+            f"values "
             "(the wrong tensor): the ranks summed their weights, and the gradients stayed "
             "their own",
             fix=f"{_line(path, wrong['line'])}: which tensor holds what backward computed?",
@@ -237,7 +239,7 @@ def _exchange_wrong(name: str, path: Path, report: dict, hooks_at: str) -> Resul
             stage=MODEL,
             expected="asynchronous all-reduces, so that backward goes on while they run",
             happened="an all-reduce made backward wait until it had finished (async_op was not "
-                "True)",
+            "True)",
             fix=f"{_line(path, blocking['line'])}: start it without waiting, keep its handle, and "
             "wait for the handles in finish()",
             answer="dist.all_reduce(param.grad, async_op=True), its handle kept for finish()",
@@ -247,7 +249,7 @@ def _exchange_wrong(name: str, path: Path, report: dict, hooks_at: str) -> Resul
     return None
 
 
-def _every_gradient_wrong(name: str, report: dict, hooks_at: str) -> Result | None:
+def _every_gradient_wrong(name: str, report: probes.HooksReport, hooks_at: str) -> Result | None:
     """Every parameter's gradient all-reduced once in every step, by its own hook."""
     for step, step_calls in enumerate(report["calls"], 1):
         given = [c["parameter"] for c in step_calls if c["target"] == "gradient"]
@@ -278,7 +280,7 @@ def _every_gradient_wrong(name: str, report: dict, hooks_at: str) -> Result | No
     return None
 
 
-def _waits_wrong(name: str, report: dict, finish_at: str) -> Result | None:
+def _waits_wrong(name: str, report: probes.HooksReport, finish_at: str) -> Result | None:
     """Step 4: every handle is waited for before optimizer.step()."""
     for step, step_calls in enumerate(report["calls"], 1):
         unwaited = [c for c in step_calls if not c["waited"]]
@@ -288,7 +290,7 @@ def _waits_wrong(name: str, report: dict, finish_at: str) -> Result | None:
                 stage=MODEL,
                 expected="finish() to wait for every all-reduce before optimizer.step()",
                 happened=f"in step {step}, {len(unwaited)} of {len(step_calls)} all-reduce "
-                    f"handles were "
+                f"handles were "
                 "never waited for: the step read gradients the exchange had not finished with",
                 fix=f"{finish_at}: every handle attach_hooks collected must have finished before "
                 "the gradients are read",
@@ -299,7 +301,7 @@ def _waits_wrong(name: str, report: dict, finish_at: str) -> Result | None:
 
 def _means_wrong(
     name: str,
-    got: list[dict],
+    got: list[probes.HooksReport],
     grad_gaps: list[float],
     param_gap: float,
     finish_at: str,
@@ -317,7 +319,7 @@ def _means_wrong(
                 stage=MODEL,
                 expected="the mean gradient after finish(), as DDP leaves it",
                 happened=f"the gradients were the sum over the {world_size} ranks, "
-                    f"{world_size} times "
+                f"{world_size} times "
                 "the mean (nothing divided by the world size)",
                 fix=f"{finish_at}: after waiting, turn each summed gradient into the mean",
                 answer="param.grad /= dist.get_world_size()",

@@ -60,10 +60,7 @@ def check_launchers(path: str | Path, *, reveal: bool = False) -> Result:
     per_node = plan.world_size
     total = NODES * per_node
     try:
-        got = launch.run_ranks(
-            probes.on_node, total, base.worker_path(path), per_node,
-            timeout_s=base.CHECK_TIMEOUT_S,
-        )  # fmt: skip
+        got = base.run_probe(probes.on_node, total, base.worker_path(path), per_node)
     except (launch.LaunchError, ValueError) as error:
         return failed(
             NAME,
@@ -103,7 +100,7 @@ def _shown(value: int | None) -> str:
     return "unset" if value is None else str(value)
 
 
-def _locals(got: list[dict], size: int) -> Result | None:
+def _locals(got: list[probes.SetupReport], size: int) -> Result | None:
     """A failure if ``main`` did not give each process its place on this one machine.
 
     ``mp.spawn`` starts every process on this machine, so each one's local
@@ -159,7 +156,7 @@ def _unset_variable(error: BaseException) -> Result | None:
     )
 
 
-def _spawn_error(error: BaseException, plan) -> Result:
+def _spawn_error(error: BaseException, plan: devices.Plan) -> Result:
     text = str(error)
     if "not at the port main was given" in text:
         return failed(
@@ -213,7 +210,7 @@ def _spawn_error(error: BaseException, plan) -> Result:
 
 
 def _wrong(
-    r: dict, size: int, device: str, backend: str, how: str, per_node: int = 0
+    r: probes.SetupReport, size: int, device: str, backend: str, how: str, per_node: int = 0
 ) -> Result | None:
     """A failure if process ``rank`` did not become what ``how`` should have made it."""
     rank = r["rank"]
@@ -258,7 +255,7 @@ def _wrong(
     return None
 
 
-def _selection_wrong(r: dict, device: str, where: str) -> Result | None:
+def _selection_wrong(r: probes.SetupReport, device: str, where: str) -> Result | None:
     """A failure if a process on a GPU did not select it (set_device) before the group."""
     rank = r["rank"]
     if device in r["set_device"] and device not in r["set_before_group"]:

@@ -83,9 +83,7 @@ def check_exchange_prediction(megabytes: object, *, batch: int = 4096, reveal: b
     name = "check_exchange_prediction"
     found = _measured(
         name, megabytes, "a measured DDP step",
-        lambda world_size: launch.run_ranks(
-            probes.exchange, world_size, batch, 2, timeout_s=base.CHECK_TIMEOUT_S
-        ),
+        lambda world_size: base.run_probe(probes.exchange, world_size, batch, 2),
     )  # fmt: skip
     if isinstance(found, Result):
         return found

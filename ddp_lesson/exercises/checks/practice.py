@@ -200,7 +200,7 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
     )
 
 
-def _noise_wrong(got: list[dict], seed: int) -> Result | None:
+def _noise_wrong(got: list[probes.SeedsReport], seed: int) -> Result | None:
     """check_seeds' failure when ranks drew the same noise, or a rebuilt loader other noise."""
     name = "check_seeds"
     noises = [r["noise"] for r in got]
@@ -275,7 +275,7 @@ def check_evaluate(path: str | Path, *, reveal: bool = False) -> Result:
     )
 
 
-def _evaluation_wrong(got: list[dict], case: int) -> Result | None:
+def _evaluation_wrong(got: list[probes.EvaluateReport], case: int) -> Result | None:
     """check_evaluate's failure for one case (the ranks' reports of it), or None."""
     size = got[0]["size"]
     on = f"on {size} test images" + (" (the second run)" if case else "")
@@ -345,7 +345,7 @@ def _parts_wrong(given: list[list[int]], size: int, on: str) -> Result | None:
     return None
 
 
-def _accuracy_wrong(got: list[dict], accuracy: float, on: str) -> Result | None:
+def _accuracy_wrong(got: list[probes.EvaluateReport], accuracy: float, on: str) -> Result | None:
     """check_evaluate's failure when the accuracy is not the model's on the whole set, or None."""
     if abs(accuracy - got[0]["truth"]) > 1e-6:
         if len(got) > 1 and abs(accuracy - got[0]["mean_of_parts"]) < 1e-6:

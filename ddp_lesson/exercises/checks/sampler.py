@@ -8,6 +8,7 @@ prediction check shows it only after a few wrong tries, or with
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 from ... import data, devices
 from ...stages import stage
@@ -44,7 +45,9 @@ def check_sampler(
     )  # fmt: skip
     for k, items in enumerate(sizes):
         orders = [r["orders"][k] for r in got]
-        seen = {"sampler": got[0]["sampler"], **{key: got[0][key][k] for key in WATCHED}}
+        seen = SeenOfOneSet(
+            sampler=got[0]["sampler"], events=got[0]["events"][k], drop_last=got[0]["drop_last"][k]
+        )
         wrong = _split_wrong(orders, items, (k + 1) * probes.OFFSET, plan.world_size, seen)
         if wrong is not None:
             return wrong
@@ -55,21 +58,29 @@ def check_sampler(
     )
 
 
-#: What rank 0's report holds per data set, besides the orders: the sampler's epochs, and
-#: whether the loader and the sampler drop the last items.
-WATCHED = ("events", "drop_last")
+class SeenOfOneSet(TypedDict):
+    """What rank 0's report says of one data set, besides the orders it met.
+
+    Its sampler's class name, that data set's sampler's epochs (``("set", epoch)``
+    and ``("pass", epoch)`` events) and whether the loader and the sampler drop
+    the last items: one data set's part of a
+    :class:`~ddp_lesson.exercises.probes.stage_workers.SamplerReport`.
+    """
+
+    sampler: str
+    events: list[tuple[str, int | str]] | None
+    drop_last: dict[str, bool]
 
 
 def _split_wrong(
-    orders: list[list[list[int]]], size: int, first: int, world_size: int, seen: dict
+    orders: list[list[list[int]]], size: int, first: int, world_size: int, seen: SeenOfOneSet
 ) -> Result | None:
     """check_sampler's failure for what the ranks met on a data set of ``size`` items, or None.
 
     Args:
         orders: per rank, per epoch, the numbers ``epoch_orders`` returned.
         first: the number item 0 holds (item ``i`` holds ``first + i``).
-        seen: rank 0's sampler class name (``"sampler"``), and, on this data set, its
-            sampler's ``"events"`` and the ``"drop_last"`` settings (see :data:`WATCHED`).
+        seen: what rank 0 saw of this data set's sampler.
     """
     wrong = _stray_items(orders, size, first)
     if wrong is not None:
@@ -141,7 +152,7 @@ def _every_rank_everything(
 
 
 def _shares_wrong(
-    mine: list[list[int]], epoch: int, size: int, world_size: int, drop_last: dict
+    mine: list[list[int]], epoch: int, size: int, world_size: int, drop_last: dict[str, bool]
 ) -> Result | None:
     """check_sampler's failure when one epoch's shares are unequal, short or overlap, or None."""
     share = -(-size // world_size)
@@ -186,7 +197,9 @@ def _order_wrong(mine: list[list[int]], epoch: int, size: int) -> Result | None:
     return None
 
 
-def _items_dropped(mine: list[list[int]], epoch: int, size: int, drop_last: dict) -> Result:
+def _items_dropped(
+    mine: list[list[int]], epoch: int, size: int, drop_last: dict[str, bool]
+) -> Result:
     """check_sampler's failure when the ranks' shares are equal but leave items out."""
     met = {i for m in mine for i in m}
     where = [f"the {name}" for name in ("loader", "sampler") if drop_last.get(name)]
@@ -322,7 +335,7 @@ def _what_is_wrong(
     size: int,
     world_size: int,
     rank: int,
-    settings: dict,
+    settings: dict[str, int | bool],
 ) -> str:
     """One sentence on what kind of mistake a wrong prediction is, without the answer."""
     real = partition[rank]

@@ -124,7 +124,9 @@ def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
     return _passed(file, plan, epochs)
 
 
-def _setup_reports(file: str, plan, lines: list[str], init_line: int | None) -> list[dict]:
+def _setup_reports(
+    file: str, plan: devices.Plan, lines: list[str], init_line: int | None
+) -> list[probes.SetupReport]:
     """Run the script's ``ddp_setup`` in every rank of a warm launch and return their reports."""
     expected = (
         f"ddp_setup(rank, world_size, port) to join all {plan.world_size} ranks in one "
@@ -160,7 +162,7 @@ def _no_setup(error: BaseException) -> Result | None:
     )
 
 
-def _diagnosis(file: str, path: str | Path, plan) -> Diagnosis | Result:
+def _diagnosis(file: str, path: str | Path, plan: devices.Plan) -> Diagnosis | Result:
     """Run the whole script under the doctor, or return the failure of the doctor's own run."""
     from ... import doctor
 
@@ -246,7 +248,7 @@ def _built_elsewhere(evidence: str, tree: ast.Module, lines: list[str]) -> str |
     return built and f"{built}: which model's parameters is it given?"
 
 
-def _passed(file: str, plan, epochs: object) -> Result:
+def _passed(file: str, plan: devices.Plan, epochs: object) -> Result:
     """The pass for a script whose every stage, training and teardown ran right."""
     return passed(
         NAME,
@@ -260,7 +262,7 @@ def _passed(file: str, plan, epochs: object) -> Result:
     )
 
 
-def _started(file: str, plan, lines: list[str], spawn_line: int) -> Result | object:
+def _started(file: str, plan: devices.Plan, lines: list[str], spawn_line: int) -> Result | object:
     """Run the script up to its ``mp.spawn`` call; a Result if the call is wrong, else epochs."""
     try:
         output = launch.run_script(probes.__file__, file, timeout_s=base.CHECK_TIMEOUT_S)
@@ -368,7 +370,9 @@ def _same_epoch(tree: ast.Module, lines: list[str], evidence: str) -> Result | N
     )
 
 
-def _joined(got: list[dict], plan, lines: list[str], init_line: int | None) -> Result | None:
+def _joined(
+    got: list[probes.SetupReport], plan: devices.Plan, lines: list[str], init_line: int | None
+) -> Result | None:
     """A Result if some rank's ``ddp_setup`` left it outside the group it should be in."""
     where = line_at(lines, init_line) or "ddp_setup"
     for report in got:

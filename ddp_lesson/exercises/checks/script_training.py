@@ -59,7 +59,7 @@ def trains(file: str, tree: ast.Module, lines: list[str], epochs: int) -> Result
 
 
 def _optimizer_holds_wrapped(
-    step: dict, where: str, tree: ast.Module, lines: list[str]
+    step: training.StepRecord, where: str, tree: ast.Module, lines: list[str]
 ) -> Result | None:
     """A failure if the optimizer held fewer parameter tensors than the model DDP wrapped."""
     if step["held"] < step["wrapped"]:
@@ -77,7 +77,9 @@ def _optimizer_holds_wrapped(
     return None
 
 
-def _reference_gradients(got: list[dict], step: dict, number: int, where: str) -> Result | None:
+def _reference_gradients(
+    got: list[training.TrainingReport], step: training.StepRecord, number: int, where: str
+) -> Result | None:
     """A failure if a step's gradients differ from the ranks' reference gradients, averaged."""
     if step["reference"] is None or step["grads"] is None:
         return None
@@ -129,7 +131,7 @@ def _summed_again(
     )
 
 
-def _rank_0_alone_logs(got: list[dict], lines: list[str]) -> Result | None:
+def _rank_0_alone_logs(got: list[training.TrainingReport], lines: list[str]) -> Result | None:
     """A failure if a rank other than 0 printed or logged a line."""
     if len(got) > 1:
         for report in got[1:]:

@@ -74,7 +74,7 @@ def check_spawn(start: Callable, world_size: object) -> Result:
     return passed(name, f"ranks {ranks} each started once, all told world_size={world_size}.")
 
 
-def _world_size_for_machine(name: str, plan, world_size: object) -> Result | None:
+def _world_size_for_machine(name: str, plan: devices.Plan, world_size: object) -> Result | None:
     """A failure if the learner's world size is not one process per device on this machine."""
     if world_size != plan.world_size:
         return failed(
@@ -90,7 +90,9 @@ def _world_size_for_machine(name: str, plan, world_size: object) -> Result | Non
     return None
 
 
-def _spawned(name: str, plan, start: Callable, world_size: object) -> list[dict] | Result:
+def _spawned(
+    name: str, plan, start: Callable, world_size: object
+) -> list[probes.RankReport] | Result:
     """Run the learner's ``start`` around a probe and return the ranks' reports, or its failure."""
     try:
         with launch.bounded(plan.world_size, timeout_s=base.CHECK_TIMEOUT_S) as run:
@@ -107,10 +109,10 @@ def _spawned(name: str, plan, start: Callable, world_size: object) -> list[dict]
             happened=quote(error),
             fix="the body of start(): one call to mp.spawn",
         )
-    return run.reports
+    return reports.reports_of(probes.report_rank, run.reports)
 
 
-def _launch_failure(name: str, plan, error: launch.LaunchError) -> Result:
+def _launch_failure(name: str, plan: devices.Plan, error: launch.LaunchError) -> Result:
     """The failure for a launch by ``start`` that raised: wrong arguments, no process, or other."""
     text = str(error)
     if "positional argument" in text:
@@ -138,7 +140,7 @@ def _launch_failure(name: str, plan, error: launch.LaunchError) -> Result:
     )
 
 
-def _one_process_per_rank(name: str, plan, ranks: list[int]) -> Result | None:
+def _one_process_per_rank(name: str, plan: devices.Plan, ranks: list[int]) -> Result | None:
     """A failure if the ranks reported are not 0 to world_size - 1, one process each."""
     expected = list(range(plan.world_size))
     if ranks != expected:
@@ -159,7 +161,7 @@ def _one_process_per_rank(name: str, plan, ranks: list[int]) -> Result | None:
     return None
 
 
-def _told_world_size(name: str, got: list[dict], world_size: object) -> Result | None:
+def _told_world_size(name: str, got: list[probes.RankReport], world_size: object) -> Result | None:
     """A failure if some rank was told another world size than the learner's."""
     if {r["world_size"] for r in got} != {world_size}:
         return failed(
@@ -208,7 +210,7 @@ def check_process_group(path: str | Path, *, reveal: bool = False) -> Result:
     )
 
 
-def _in_the_group(name: str, plan, report: dict) -> Result | None:
+def _in_the_group(name: str, plan: devices.Plan, report: probes.GroupReport) -> Result | None:
     """A failure if a rank's ``ddp_setup`` left it out of its place in the group or its port."""
     rank = report["rank"]
     if not report["initialized"]:
@@ -242,7 +244,9 @@ def _in_the_group(name: str, plan, report: dict) -> Result | None:
     return None
 
 
-def _group_summed_and_released(name: str, plan, report: dict, expected_total: int) -> Result | None:
+def _group_summed_and_released(
+    name: str, plan, report: probes.GroupReport, expected_total: int
+) -> Result | None:
     """A failure if a rank's group has another backend, sums wrong, or outlives cleanup()."""
     if report["backend"] != plan.backend:
         return failed(
@@ -307,7 +311,7 @@ def check_wrap(path: str | Path, *, reveal: bool = False) -> Result:
     )
 
 
-def _on_their_devices(name: str, plan, got: list[dict]) -> Result | None:
+def _on_their_devices(name: str, plan: devices.Plan, got: list[probes.WrapReport]) -> Result | None:
     """A failure if some rank's wrapped model is not on that rank's device."""
     for report in got:
         want = str(plan.device(report["rank"]))
@@ -323,7 +327,7 @@ def _on_their_devices(name: str, plan, got: list[dict]) -> Result | None:
     return None
 
 
-def _averaged_by_ddp(name: str, got: list[dict]) -> Result | None:
+def _averaged_by_ddp(name: str, got: list[probes.WrapReport]) -> Result | None:
     """A failure if ``wrap`` returned no DDP model and the ranks' gradients differ."""
     gap = reports.max_abs_difference([r["grads"] for r in got])
     plain = [r for r in got if not r["is_ddp"]]
@@ -342,7 +346,7 @@ def _averaged_by_ddp(name: str, got: list[dict]) -> Result | None:
     return None
 
 
-def _same_on_every_rank(name: str, got: list[dict]) -> Result | None:
+def _same_on_every_rank(name: str, got: list[probes.WrapReport]) -> Result | None:
     """A failure if the weights or the gradients differ between ranks by more than SAME."""
     for key, what in (("params", "weights"), ("grads", "gradients")):
         gap = reports.max_abs_difference([r[key] for r in got])
@@ -357,7 +361,7 @@ def _same_on_every_rank(name: str, got: list[dict]) -> Result | None:
     return None
 
 
-def _near_reference(name: str, got: list[dict]) -> Result | None:
+def _near_reference(name: str, got: list[probes.WrapReport]) -> Result | None:
     """A failure if some rank's gradients differ from the reference's by more than NEAR."""
     for report in got:
         off = float((report["grads"] - report["reference"]).abs().max())
@@ -366,9 +370,9 @@ def _near_reference(name: str, got: list[dict]) -> Result | None:
                 name,
                 stage=MODEL,
                 expected="the gradients of rank 0's starting weights, averaged over the ranks' "
-                    "batches",
+                "batches",
                 happened=f"rank {report['rank']}'s gradients are equal on every rank but "
-                    f"differ from "
+                f"differ from "
                 f"that average by up to {off:.3g}",
                 fix="wrap: is the model DDP wraps the one that was given, and are the gradients "
                 "changed after the all-reduce?",

@@ -29,7 +29,7 @@ import torch
 
 from ... import group
 from ...launch import torch_hooks
-from ...reports import send_report
+from ...reports import send_typed, sends
 from ...sources import load
 
 #: Images each run trains on (a few steps per epoch per rank).
@@ -81,6 +81,7 @@ def _same_everywhere(start: object, world_size: int) -> bool:
     return len(set(starts)) == 1
 
 
+@sends(TrainReport)
 def train(
     rank: int, world_size: int, port: int, path: str, checkpoint: str, epochs: int,
     crash_after: int,
@@ -132,7 +133,7 @@ def train(
             map_locations=list(_seen["loads"]),
             params=flat_parameters(model),
         )
-        send_report(rank, **{k: v for k, v in report.items() if k != "rank"})
+        send_typed(report)
         del model
     finally:
         group.leave()

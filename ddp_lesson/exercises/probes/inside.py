@@ -24,7 +24,7 @@ from typing import TypedDict
 import torch
 
 from ... import group
-from ...reports import send_report
+from ...reports import send_typed, sends
 from ...sources import load
 
 
@@ -142,10 +142,6 @@ def _length(pending: object) -> int | None:
         return None
 
 
-def _send(report: dict) -> None:
-    send_report(report["rank"], **{k: v for k, v in report.items() if k != "rank"})
-
-
 def _batch(step: int, rank: int, world_size: int, device: torch.device):
     from ...data import digits
 
@@ -154,6 +150,7 @@ def _batch(step: int, rank: int, world_size: int, device: torch.device):
     return features.to(device), labels.to(device)
 
 
+@sends(HooksReport)
 def hooked_training(rank: int, world_size: int, port: int, path: str, steps: int) -> None:
     """Train with the learner's hand-built DDP and with DDP itself, side by side; report.
 
@@ -180,7 +177,7 @@ def hooked_training(rank: int, world_size: int, port: int, path: str, steps: int
             worker, model, reference, pending, watch, steps, rank, world_size, device
         )
         param_gap = float((flat_parameters(model) - flat_parameters(reference)).abs().max())
-        _send(
+        send_typed(
             HooksReport(
                 rank=rank,
                 world_size=world_size,

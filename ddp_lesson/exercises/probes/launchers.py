@@ -24,7 +24,7 @@ from typing import TypedDict
 import torch
 
 from ...launch import torch_hooks
-from ...reports import send_report
+from ...reports import send_typed, sends
 from ...sources import load
 
 
@@ -73,7 +73,7 @@ def _observe(rank: int, worker, node: int) -> None:
     )
     dist.barrier()  # no rank leaves while another still connects to it
     dist.destroy_process_group()
-    send_report(rank, **{k: v for k, v in report.items() if k != "rank"})
+    send_typed(report)
 
 
 def _number(variable: str) -> int | None:
@@ -138,6 +138,7 @@ def _simulate_gpus(gpus: int) -> None:
         torch_hooks.wrap(torch_hooks.point(torch.cuda, name), lambda torch_own, f=stand_in: f)
 
 
+@sends(SetupReport)
 def spawned(rank: int, world_size: int, port: int, path: str) -> None:
     """Start the learner's worker as ``mp.spawn`` would: ``main(rank, world_size, port)``."""
     _record_backend()
@@ -147,6 +148,7 @@ def spawned(rank: int, world_size: int, port: int, path: str) -> None:
     worker.main(rank, world_size, port)
 
 
+@sends(SetupReport)
 def on_node(rank: int, world_size: int, port: int, path: str, per_node: int) -> None:
     """Run the learner's ``ddp_setup()`` in the environment ``torchrun`` gives process ``rank``.
 

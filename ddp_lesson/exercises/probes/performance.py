@@ -12,7 +12,7 @@ from typing import TypedDict
 import torch
 
 from ... import group
-from ...reports import send_report
+from ...reports import send_typed, sends
 
 
 class ExchangeReport(TypedDict):
@@ -23,6 +23,7 @@ class ExchangeReport(TypedDict):
     bytes: int
 
 
+@sends(ExchangeReport)
 def exchange(rank: int, world_size: int, port: int, batch: int, steps: int) -> None:
     """Train ``steps`` steps at a global ``batch``; report the last step's all-reduces."""
     import torch.nn.functional as F
@@ -53,7 +54,7 @@ def exchange(rank: int, world_size: int, port: int, batch: int, steps: int) -> N
             optimizer.zero_grad()
             F.cross_entropy(model(features), labels).backward()
             optimizer.step()
-        send_report(rank, calls=seen["calls"], bytes=seen["bytes"])
+        send_typed(ExchangeReport(rank=rank, calls=seen["calls"], bytes=seen["bytes"]))
         del model
     finally:
         group.leave()

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from ... import group
-from ...reports import send_report
+from ...reports import send_typed, sends
 from ...sources import load
 
 #: Images per micro-batch, and the learning rate of the accumulation probe.
@@ -55,6 +55,13 @@ class EvaluateReport(TypedDict):
     mean_of_parts: float
 
 
+class EvaluateCases(TypedDict):
+    """What :func:`evaluate` sends: one :class:`EvaluateReport` per case it ran."""
+
+    rank: int
+    cases: list[EvaluateReport]
+
+
 class UnusedReport(TypedDict):
     """What :func:`ddp_unused` sends."""
 
@@ -72,10 +79,6 @@ class SeedsReport(TypedDict):
     again: list[float]
     reordered: list[int]  # the indices from a loader built with the next seed
     renoised: list[float]  # and its noise
-
-
-def _send(report: dict) -> None:
-    send_report(report["rank"], **{k: v for k, v in report.items() if k != "rank"})
 
 
 def _wrap(model: nn.Module, device: torch.device) -> nn.Module:
@@ -138,6 +141,7 @@ def _watch_steps(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[li
     return steps, cleared
 
 
+@sends(AccumulateReport)
 def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None:
     """Call the learner's ``accumulate_step`` once on ``k`` micro-batches; count the exchange."""
     import torch.nn.functional as F
@@ -187,7 +191,7 @@ def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None
         report.update(
             params_again=flat_parameters(model), one_batch_again=flat_parameters(reference)
         )
-        _send(report)
+        send_typed(report)
         del model, reference
     finally:
         group.leave()
@@ -207,6 +211,7 @@ class Jittered(Dataset):
         return index, torch.rand(())
 
 
+@sends(SeedsReport)
 def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
     """Build the learner's loader three times (``seed``, ``seed`` again, ``seed + 1``); report
     the indices and the noise of one epoch each."""
@@ -234,7 +239,7 @@ def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
         indices, noise = one_epoch(seed)
         _, again = one_epoch(seed)
         reordered, renoised = one_epoch(seed + 1)
-        _send(
+        send_typed(
             SeedsReport(
                 rank=rank,
                 indices=indices,
@@ -308,6 +313,7 @@ def _forwarded(model: nn.Module, features: torch.Tensor) -> tuple[list[int], obj
     return seen, model.register_forward_pre_hook(note)
 
 
+@sends(EvaluateCases)
 def evaluate(rank: int, world_size: int, port: int, path: str) -> None:
     """Call the learner's ``evaluate`` on every rank with a DDP model, once per case.
 
@@ -344,7 +350,7 @@ def evaluate(rank: int, world_size: int, port: int, path: str) -> None:
                 )
             )
             del model
-        send_report(rank, cases=cases)
+        send_typed(EvaluateCases(rank=rank, cases=cases))
     finally:
         group.leave()
 
@@ -382,6 +388,7 @@ def branchy_loss(model: nn.Module, seed: int = 0, head: int = 0) -> torch.Tensor
     return F.cross_entropy(logits, labels.to(device))
 
 
+@sends(UnusedReport)
 def ddp_unused(rank: int, world_size: int, port: int) -> None:
     """Train a ``Branchy`` under DDP until it fails; report the parameters DDP's error names."""
     import torch.distributed as dist
@@ -403,7 +410,7 @@ def ddp_unused(rank: int, world_size: int, port: int) -> None:
             named.append(sorted(found[1].strip().split(", ")) if found else [])
             errors.append(error.splitlines()[0] if error else "")
             del model
-        _send(UnusedReport(rank=rank, error=errors[0], named=named))
+        send_typed(UnusedReport(rank=rank, error=errors[0], named=named))
     finally:
         dist.set_debug_level(dist.DebugLevel.OFF)
         group.leave()

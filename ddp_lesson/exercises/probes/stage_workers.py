@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from ... import group
-from ...reports import send_report
+from ...reports import send_typed, sends
 from ...sources import load
 
 
@@ -59,13 +59,10 @@ class WrapReport(TypedDict):
     reference: torch.Tensor  # the reference's gradients: rank 0's start, averaged over ranks
 
 
-def _send(report: dict) -> None:
-    send_report(report["rank"], **{k: v for k, v in report.items() if k != "rank"})
-
-
+@sends(RankReport)
 def report_rank(rank: int, world_size: int, port: int) -> None:
     """Report this process's rank, the world size it was given, and its pid."""
-    _send(RankReport(rank=rank, world_size=world_size, pid=os.getpid()))
+    send_typed(RankReport(rank=rank, world_size=world_size, pid=os.getpid()))
 
 
 #: The environment variable that tells ``init_process_group`` a store is already hosted.
@@ -107,6 +104,7 @@ def _store_port() -> int | None:
     return getattr(store, "port", None)
 
 
+@sends(GroupReport)
 def process_group(rank: int, world_size: int, port: int, path: str) -> None:
     """Run the learner's ``ddp_setup`` and ``cleanup`` and report the group's state."""
     import torch.distributed as dist
@@ -124,7 +122,7 @@ def process_group(rank: int, world_size: int, port: int, path: str) -> None:
         total = total.to(torch.device("cuda", rank) if backend == "nccl" else "cpu")
         dist.all_reduce(total)
     worker.cleanup()
-    _send(
+    send_typed(
         GroupReport(
             rank=rank,
             initialized=up,
@@ -145,6 +143,7 @@ def process_group(rank: int, world_size: int, port: int, path: str) -> None:
 OFFSET = 100
 
 
+@sends(SamplerReport)
 def sampler(
     rank: int, world_size: int, port: int, path: str, sizes: list[int], epochs: int
 ) -> None:
@@ -169,7 +168,7 @@ def sampler(
             got = worker.epoch_orders(train_loader, epochs)
             orders.append([[int(i) for i in o] for o in got])
             samplers.append(type(getattr(train_loader, "sampler", None)).__name__)
-        _send(
+        send_typed(
             SamplerReport(
                 rank=rank, orders=orders, sampler=samplers[0], events=events, drop_last=drops
             )
@@ -214,6 +213,7 @@ def _watch_epochs(sampler: object) -> list[tuple[str, int | str]]:
     return noted
 
 
+@sends(WrapReport)
 def model_wrap(rank: int, world_size: int, port: int, path: str) -> None:
     """Wrap a model with the learner's ``wrap`` and report weights and gradients."""
     import torch.distributed as dist
@@ -239,7 +239,7 @@ def model_wrap(rank: int, world_size: int, port: int, path: str) -> None:
         torch.manual_seed(rank)  # every rank starts from different weights
         model = worker.wrap(NeuralNetwork(), rank, device)
         F.cross_entropy(model(features), labels).backward()
-        _send(
+        send_typed(
             WrapReport(
                 rank=rank,
                 wrapper=type(model).__name__,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from ... import group
-from ...reports import send_report
+from ...reports import send_typed, sends
 from ...sources import load
 
 #: Steps of the probe's loop.
@@ -44,6 +44,7 @@ class StopReport(TypedDict):
     returned: list[list[bool]]
 
 
+@sends(StopReport)
 def stop_flag(rank: int, world_size: int, port: int, path: str) -> None:
     """Call the learner's ``stop_everywhere`` at every step of every case; report the answers."""
     worker = load(path)
@@ -56,6 +57,6 @@ def stop_flag(rank: int, world_size: int, port: int, path: str) -> None:
                     for step in range(STEPS)]  # fmt: skip
             returned.append(said)
         report = StopReport(rank=rank, returned=returned)
-        send_report(rank, **{key: value for key, value in report.items() if key != "rank"})
+        send_typed(report)
     finally:
         group.leave()

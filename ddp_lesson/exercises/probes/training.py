@@ -30,7 +30,7 @@ from typing import TypedDict
 
 import torch
 
-from ...reports import send_report
+from ...reports import send_typed, sends
 from ...sources import load
 
 #: Optimiser steps recorded per rank.
@@ -194,6 +194,7 @@ class _Logged(logging.Handler):
             self.said.lines.append((record.lineno, record.getMessage()[:120]))
 
 
+@sends(TrainingReport)
 def training(rank: int, world_size: int, port: int, path: str, epochs: int) -> None:
     """Run the learner's ``main``; report its first optimiser steps and what it printed."""
     worker = load(path)
@@ -207,9 +208,10 @@ def training(rank: int, world_size: int, port: int, path: str, epochs: int) -> N
     finally:
         root.removeHandler(handler)
     report = TrainingReport(rank=rank, steps=watch.steps, said=said.lines)
-    send_report(rank, **{k: v for k, v in report.items() if k != "rank"})
+    send_typed(report)
 
 
+@sends(ErrorReport)
 def after_error(rank: int, world_size: int, port: int, path: str, epochs: int) -> None:
     """Run the learner's ``main`` with an error raised after its first optimiser step."""
     import torch.distributed as dist
@@ -225,4 +227,4 @@ def after_error(rank: int, world_size: int, port: int, path: str, epochs: int) -
     if not released:
         dist.destroy_process_group()  # what main left behind: the probe cleans up
     report = ErrorReport(rank=rank, raised=raised, released=released)
-    send_report(rank, **{k: v for k, v in report.items() if k != "rank"})
+    send_typed(report)
