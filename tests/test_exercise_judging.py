@@ -165,6 +165,12 @@ def test_a_loss_divided_by_the_world_size_on_top_of_ddp_fails():
     assert_fails(result, SYNCING, f"were {1 / PLAN.world_size:.3g} times that average")
 
 
+def test_a_gpu_selected_after_the_group_fails_though_this_machine_has_none():
+    result = checks.check_ddp_script(ANSWERS / "script_set_device_late.py")
+    assert_fails(result, CONNECTING, "only after init_process_group")
+    assert "(given a GPU of its own)" in result.happened, str(result)
+
+
 def test_a_group_released_only_when_nothing_raises_fails():
     result = checks.check_ddp_script(ANSWERS / "script_release_without_finally.py")
     assert_fails(result, TEARDOWN, "had not been released")

@@ -629,6 +629,8 @@ def train_arguments(argv):
         ("--gpus-per-node a100:2", "--gpus-per-node a100:4", "not one rank per GPU"),
         ("--nnodes ${SLURM_NNODES}", "--nnodes 2", "not the allocation's --nodes"),
         ("--epochs 3", "--epochs three", "rejects its arguments"),
+        ('"${first}:29400"', "localhost:29400", "loopback address"),
+        ('"${first}:29400"', "127.0.0.1:29400", "loopback address"),
     ],
 )
 def test_check_slurm_reads_options_written_with_a_space(tmp_path, old, new, words):
@@ -648,6 +650,7 @@ def test_check_slurm_reads_options_written_with_a_space(tmp_path, old, new, word
         ("# TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 would be needed\n", False),
         ("export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n", True),
         ("srun --export=ALL,TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 ", True),
+        ("after srun", False),
     ],
 )
 def test_check_slurm_wants_a_fresh_store_when_torchrun_may_restart(tmp_path, fresh_store, passes):
@@ -655,6 +658,8 @@ def test_check_slurm_wants_a_fresh_store_when_torchrun_may_restart(tmp_path, fre
     text = text.replace("--rdzv-id", "--max-restarts 2 --rdzv-id")
     if fresh_store.startswith("srun"):
         text = text.replace("srun ", fresh_store)
+    elif fresh_store == "after srun":  # set once torchrun has already run: too late
+        text += "\nexport TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
     else:
         text = text.replace("first=$(", fresh_store + "first=$(")
     path = tmp_path / "job.slurm"
@@ -670,6 +675,14 @@ def test_check_slurm_passes_a_batch_script_written_differently():
     result = checks.check_slurm(path, "workers/train.py", train_arguments)
     assert result, str(result)
     assert "nodes: 3" in result.note and "one per GPU (2 GPUs" in result.note, result.note
+
+
+def test_check_slurm_names_the_script_in_its_argument_errors(tmp_path):
+    text = (ANSWERS / "slurm_right_spaced.slurm").read_text().replace("--epochs 3", "--steps 3")
+    path = tmp_path / "job.slurm"
+    path.write_text(text)
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert "usage: train.py" in result.happened, str(result)
 
 
 # -- predictions of measurements (10) ---------------------------------------------------

@@ -163,6 +163,7 @@ def test_check_accumulate_of_a_stub_or_missing_file_is_not_attempted(tmp_path):
         ("practice_seeds_from_clock.py", "cannot be reproduced"),
         ("practice_seeds_fixed_order.py", "another seed, another order"),
         ("practice_seeds_rank_times_seed.py", "the same noise from a loader built with seed"),
+        ("practice_seeds_in_the_rank.py", "loaded in the rank's own process"),
     ],
 )
 def test_check_seeds_fails_wrong_answers(answer, fragment):

@@ -28,8 +28,11 @@ def judge_spawning(reading, outcome) -> Judged:
     if not entered:
         return Judged.of(shown)
     if reading.mode == TORCHRUN:
+        by = "torchrun"
+        if reading.agent_line is not None:
+            by = f"torchrun's agent, which the script starts on itself (line {reading.agent_line}),"
         fine["spawning"] = (
-            f"torchrun started {len(entered)} process(es) (RANK "
+            f"{by} started {len(entered)} process(es) (RANK "
             f"{min(r.rank for r in entered)}..{max(r.rank for r in entered)}), each running "
             "the script"
         )

@@ -116,6 +116,10 @@ class Reading:
             ``current_accelerator()``).
         unstartable: set when the file cannot be run as written (a finding
             says why); the doctor then judges the code without running it.
+        agent_line: run as Python, the script started torchrun's agent on
+            itself at this line (``torch.distributed.run.main([..., sys.argv[0]])``,
+            or ``elastic_launch`` with its own path): the doctor then runs it
+            under its torchrun, as for ``"torchrun"``.
     """
 
     path: Path
@@ -131,6 +135,7 @@ class Reading:
     asks_device_count: bool = False
     unstartable: bool = False
     reads_torchrun: bool = False
+    agent_line: int | None = None
 
     def source(self, line: int | None) -> str:
         """The text of ``line`` (stripped), or ``""``."""

@@ -19,6 +19,11 @@ from dataclasses import asdict, dataclass, field, fields
 SETTINGS_ENV = "DDP_LESSON_DOCTOR"
 
 
+#: What a script's record gives as the torchrun variable it wanted when, run as
+#: Python, it started torchrun's agent on itself (the doctor then runs it under torchrun).
+SELF_LAUNCH = "torchrun's agent, started by the script"
+
+
 @dataclass(frozen=True)
 class Settings:
     """What the doctor tells every process of a run it records.

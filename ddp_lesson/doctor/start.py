@@ -38,7 +38,7 @@ import torch
 from ..launch import torch_hooks
 from . import probe, start_follow
 from .read_terms import TORCHRUN_VARIABLES
-from .record import Settings
+from .record import SELF_LAUNCH, Settings
 
 #: torch's own ``start_processes``, which the script's process hands its spawns to.
 _torch_start: list[Callable] = []
@@ -159,6 +159,26 @@ def _recorded_spawn(torch_spawn: Callable) -> Callable:
     return _spawn
 
 
+def _program_of(entrypoint: str, args: list) -> str | None:
+    """The Python file a torchrun agent was asked to run (``python -u FILE ...``), if any."""
+    words = [entrypoint, *map(str, args)]
+    files = [w for w in words if w.endswith(".py") and os.path.isfile(w)]
+    return os.path.realpath(files[0]) if files else None
+
+
+def _agent_launch(torch_launch_agent: Callable) -> Callable:
+    """``launch_agent``, as the script's own process sees it: a run of the script itself
+    under torchrun's agent (``torch.distributed.run.main([..., sys.argv[0]])``) is run
+    again by the doctor under its torchrun, where its ranks are recorded."""
+
+    def launch_agent(config, entrypoint, args, *rest, **kwargs):
+        if isinstance(entrypoint, str) and _program_of(entrypoint, args) == probe.settings().file:
+            probe.wants_torchrun(SELF_LAUNCH, probe.learner_line())
+        return torch_launch_agent(config, entrypoint, args, *rest, **kwargs)
+
+    return launch_agent
+
+
 def _run_file(path: str, argv: list[str]) -> None:
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(path))
@@ -186,6 +206,7 @@ def script_process(index: int, settings: Settings, path: str, argv: list[str]) -
     torch_hooks.hold(torch_hooks.START_PROCESSES)
     torch_hooks.wrap(torch_hooks.START_PROCESSES, _recorded)
     torch_hooks.wrap(torch_hooks.SPAWN, _recorded_spawn)
+    torch_hooks.wrap(torch_hooks.LAUNCH_AGENT, _agent_launch)
     probe.install(settings, index, script=True)
     # as in `python FILE`: no start method chosen yet (this process was forked by a forkserver)
     multiprocessing.set_start_method(None, force=True)

@@ -31,7 +31,8 @@ The functions the launch hands over have names here:
 calls), :data:`SPAWN`, :data:`DESTROY` (``destroy_process_group``) and
 :data:`COMMAND_LINE` (how multiprocessing starts a fresh interpreter),
 and the doctor's file layer wraps :data:`ZIPFILE_WRITER` (where
-``torch.save`` opens a path).
+``torch.save`` opens a path); the doctor's script run wraps
+:data:`LAUNCH_AGENT` (a script that runs torchrun's agent itself).
 """
 
 from __future__ import annotations
@@ -81,6 +82,12 @@ def _serialization() -> tuple[object, ...]:
     return (torch.serialization,)
 
 
+def _launcher_api() -> tuple[object, ...]:
+    import torch.distributed.launcher.api as api
+
+    return (api,)
+
+
 def _multiprocessing_spawn() -> tuple[object, ...]:
     from multiprocessing import spawn
 
@@ -96,6 +103,9 @@ DESTROY = Point("destroy_process_group", _dist)
 #: ``torch.serialization._open_zipfile_writer``: ``torch.save`` to a path opens
 #: the file in C++, out of reach of Python's ``open`` (the doctor's file layer).
 ZIPFILE_WRITER = Point("_open_zipfile_writer", _serialization)
+#: ``torch.distributed.launcher.api.launch_agent``: what ``elastic_launch(...)(...)`` and
+#: ``torch.distributed.run.main`` (torchrun's own entry, called from a script) call.
+LAUNCH_AGENT = Point("launch_agent", _launcher_api)
 #: ``multiprocessing.spawn.get_command_line``: the command a fresh interpreter starts with.
 COMMAND_LINE = Point("get_command_line", _multiprocessing_spawn)
 

@@ -90,6 +90,10 @@ SAYS = {
         "of its group while the script had started only 1: the script joins each process "
         "(line 45) before it starts the next",
     },
+    "self_launch": {
+        "launch": "torchrun --standalone --nproc-per-node=2 self_launch.py",
+        "spawning": "torchrun's agent, which the script starts on itself (line 37), started 2",
+    },
     "torchrun_env_alias": {
         "launch": "torchrun --standalone --nproc-per-node=2 torchrun_env_alias.py",
         "spawning": "torchrun started 2 process(es)",

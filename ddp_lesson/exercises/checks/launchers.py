@@ -240,7 +240,7 @@ def _wrong(
             "GPU of its own node a process drives), not the global rank",
             answer='device_for(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))',
         )
-    selection = _selection_wrong(r, device, where) if per_node else None
+    selection = selection_wrong(NAME, r, device, where) if per_node else None
     if selection is not None:
         return selection
     asked = r["asked_backend"] if per_node else r["backend"]
@@ -255,12 +255,13 @@ def _wrong(
     return None
 
 
-def _selection_wrong(r: probes.SetupReport, device: str, where: str) -> Result | None:
-    """A failure if a process on a GPU did not select it (set_device) before the group."""
+def selection_wrong(check: str, r: probes.SetupReport, device: str, where: str) -> Result | None:
+    """``check``'s failure if a process on a GPU did not select it (set_device) before the
+    group, or None."""
     rank = r["rank"]
     if device in r["set_device"] and device not in r["set_before_group"]:
         return failed(
-            NAME,
+            check,
             stage=GROUP,
             expected=f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
             happened=f"process {rank} {where} called set_device({device!r}) only after "
@@ -273,7 +274,7 @@ def _selection_wrong(r: probes.SetupReport, device: str, where: str) -> Result |
         )
     if device not in r["set_device"]:
         return failed(
-            NAME,
+            check,
             stage=GROUP,
             expected=f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
             happened=f"it selected {r['set_device'] or 'nothing'}",

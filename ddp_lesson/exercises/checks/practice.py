@@ -190,14 +190,37 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
             "shuffle's order follow from the seed make_loader is given?",
             answer="DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed)",
         )
-    wrong = _noise_wrong(got, seed)
-    if wrong is not None:
-        return wrong
+    for wrong in (_noise_wrong(got, seed), _workers_wrong(got)):
+        if wrong is not None:
+            return wrong
     return passed(
         name,
         f"{plan.world_size} rank(s) split the {size} items without overlap, each drew "
-        "augmentation of its own, and a rebuilt loader drew it again exactly.",
+        "augmentation of its own in its loader's worker processes, and a rebuilt loader drew "
+        "it again exactly.",
     )
+
+
+def _workers_wrong(got: list[probes.SeedsReport]) -> Result | None:
+    """check_seeds' failure when a rank's items were not loaded by worker processes, or None."""
+    for report in got:
+        workers = [w for w in report["workers"] if w >= 0]
+        if len(workers) < 2:
+            where = (
+                "in the rank's own process (no loader workers)"
+                if not workers
+                else "by 1 loader worker process"
+            )
+            return failed(
+                "check_seeds",
+                stage=DATA,
+                expected="each rank's items loaded by the loader's two worker processes",
+                happened=f"rank {report['rank']}'s items were all loaded {where}",
+                fix="make_loader: how many worker processes does the exercise ask the DataLoader "
+                "for? Which random numbers each worker draws is what this exercise is about",
+                answer="DataLoader(..., num_workers=2, ...)",
+            )
+    return None
 
 
 def _noise_wrong(got: list[probes.SeedsReport], seed: int) -> Result | None:

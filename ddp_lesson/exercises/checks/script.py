@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from ... import devices, launch
 from ...reports import counted
 from ...stages import stage
+from ..probes import launchers as gpu_probes
 from ..probes import script as probes
 from ..probes import training
 from . import base
@@ -43,6 +44,7 @@ from .base import (
     passed,
     quote,
 )
+from .launchers import selection_wrong
 from .script_source import calls_of, first_call_at, line_at, main_spawn_line, parsed
 from .script_training import LOG as LOG  # the stage a log line belongs to, named here too
 from .script_training import OPTIMIZERS, trains
@@ -107,9 +109,9 @@ def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
     epochs = found
 
     got = _setup_reports(file, plan, lines, init_line)
-    joined = _joined(got, plan, lines, init_line)
-    if joined is not None:
-        return joined
+    for wrong in (_joined(got, plan, lines, init_line), _gpu_selected_late(file, plan)):
+        if wrong is not None:
+            return wrong
 
     diagnosis = _diagnosis(file, path, plan)
     if isinstance(diagnosis, Result):
@@ -144,6 +146,25 @@ def _setup_reports(
         hang=(expected, f"the ranks did not meet within {base.CHECK_TIMEOUT_S} s", fix),
         explain=_no_setup,
     )
+
+
+def _gpu_selected_late(file: str, plan: devices.Plan) -> Result | None:
+    """The failure if ``ddp_setup``, given a GPU per rank (stand-ins), selects it after the group.
+
+    Only a script that returns its rank's GPU there is judged: what stand-ins
+    cannot run, or a script that keeps to the CPU, says nothing of the order.
+    """
+    try:
+        got = base.run_probe(gpu_probes.script_on_gpus, plan.world_size, file)
+    except (launch.LaunchError, ValueError, TypeError):
+        return None
+    for report in got:
+        device = f"cuda:{report['rank']}"
+        if report["device"] == device:
+            wrong = selection_wrong(NAME, report, device, "(given a GPU of its own)")
+            if wrong is not None:
+                return wrong
+    return None
 
 
 def _no_setup(error: BaseException) -> Result | None:

@@ -7,6 +7,7 @@ import io
 import os
 import re
 import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,15 +33,29 @@ FRESH_STORE = re.compile(r"\bTORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\b")
 
 
 def _restart_problems(text: str, max_restarts: object) -> list[str]:
-    """What a job that allows restarts is missing: a fresh store for every round."""
-    commands = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    """What a job that allows restarts is missing: a fresh store for every round.
+
+    The variable counts only where torchrun sees it: set by a command before
+    the ``srun torchrun`` line, or on that line itself.
+    """
+    lines = text.splitlines()
+    upto = next((i for i, line in enumerate(lines) if _runs_torchrun(line)), len(lines) - 1)
+    commands = "\n".join(line for line in lines[: upto + 1] if not line.lstrip().startswith("#"))
     if int(max_restarts or 0) == 0 or FRESH_STORE.search(commands):
         return []
+    later = FRESH_STORE.search("\n".join(lines[upto + 1 :]))
     return [
-        f"--max-restarts={max_restarts} without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in the "
-        "job's environment: torch 2.13's torchrun reuses one store and a restarted group "
-        "can wait for ever (export it before srun)"
+        f"--max-restarts={max_restarts} without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in "
+        "torchrun's environment"
+        + (" (it is set only after the srun line, once torchrun has run)" if later else "")
+        + ": torch 2.13's torchrun reuses one store and a restarted group can wait for ever "
+        "(export it before srun)"
     ]
+
+
+def _runs_torchrun(line: str) -> bool:
+    """True for a command line (not a comment) that runs torchrun."""
+    return "torchrun" in line and not line.lstrip().startswith("#")
 
 
 def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> Result:
@@ -70,7 +85,7 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
     if given.training_script != script:
         problems.append(f"torchrun runs {given.training_script}, not {script}")
     try:
-        with contextlib.redirect_stderr(io.StringIO()) as said:
+        with contextlib.redirect_stderr(io.StringIO()) as said, _program_named(script):
             parse_args(given.training_script_args)
     except SystemExit:
         problems.append(f"{script} rejects its arguments: {said.getvalue().strip()}")
@@ -100,6 +115,17 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
     )
 
 
+@contextlib.contextmanager
+def _program_named(script: str):
+    """Inside the block, ``sys.argv[0]`` is ``script``: argparse names it in its usage line."""
+    kept = sys.argv[:]
+    sys.argv[:] = [script]
+    try:
+        yield
+    finally:
+        sys.argv[:] = kept
+
+
 def _gpu_count(sbatch: dict[str, str]) -> str | None:
     """GPUs per node from ``#SBATCH --gpus-per-node`` ("a100:4" is 4 GPUs of type a100)."""
     gpus = sbatch.get("gpus-per-node")
@@ -126,7 +152,23 @@ def _placement_problems(sbatch: dict[str, str], given) -> list[str]:
         )
     if given.rdzv_backend != "c10d" or ":" not in given.rdzv_endpoint:
         problems.append("use --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT of one node")
+    elif _loopback(given.rdzv_endpoint) and sbatch.get("nodes", "1") != "1":
+        problems.append(
+            f"--rdzv-endpoint={given.rdzv_endpoint} is this machine's own loopback address: "
+            "each node's torchrun would wait there alone; give the host name of one node "
+            "every node can reach (the job's first node)"
+        )
     return problems
+
+
+def _loopback(endpoint: str) -> bool:
+    """True for a ``HOST:PORT`` whose host is a machine's own loopback address.
+
+    >>> [_loopback(e) for e in ("localhost:29500", "127.0.0.1:1", "[::1]:2", "$head:29500")]
+    [True, True, True, False]
+    """
+    host = _plain(endpoint).rsplit(":", 1)[0].strip("[]").lower()
+    return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
 
 
 def _torchrun_line(path: str | os.PathLike, text: str):
@@ -137,11 +179,7 @@ def _torchrun_line(path: str | os.PathLike, text: str):
     """
     from torch.distributed.run import get_args_parser
 
-    calls = [
-        shlex.split(line, comments=True)
-        for line in text.splitlines()
-        if "torchrun" in line and not line.lstrip().startswith("#")
-    ]
+    calls = [shlex.split(line, comments=True) for line in text.splitlines() if _runs_torchrun(line)]
     if not calls:
         return failed(
             NAME,

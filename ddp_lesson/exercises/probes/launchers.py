@@ -53,11 +53,12 @@ _seen: dict = {"asked_backend": None, "set_device": [], "set_before_group": [], 
 PORT_MISMATCH = "the group was told to meet at port {met}, not at the port main was given"
 
 
-def _observe(rank: int, worker, node: int) -> None:
-    """Run the learner's ``ddp_setup()``, report what this process became, leave the group."""
+def _observe(rank: int, worker, node: int, *setup_args: object) -> None:
+    """Run the learner's ``ddp_setup(*setup_args)``, report what this process became, leave
+    the group."""
     import torch.distributed as dist
 
-    device = worker.ddp_setup()
+    device = worker.ddp_setup(*setup_args)
     report = SetupReport(
         rank=rank,
         rank_in_group=dist.get_rank(),
@@ -176,3 +177,17 @@ def on_node(rank: int, world_size: int, port: int, path: str, per_node: int) -> 
     _record_backend()
     worker = load(path)
     _observe(rank, worker, node)
+
+
+@sends(SetupReport)
+def script_on_gpus(rank: int, world_size: int, port: int, path: str) -> None:
+    """Run a whole script's ``ddp_setup(rank, world_size, port)`` as if every rank had a GPU.
+
+    The GPUs are stand-ins (see :func:`_simulate_gpus`): what is recorded is
+    which device the script selects, and whether before its group.
+    """
+    _simulate_gpus(world_size)
+    _record_backend()
+    _seen["port"] = port
+    worker = load(path)
+    _observe(rank, worker, 0, rank, world_size, port)

@@ -76,6 +76,7 @@ class SeedsReport(TypedDict):
     rank: int
     indices: list[int]
     noise: list[float]
+    workers: list[int]  # the loader workers that loaded the items (-1: the rank itself)
     again: list[float]
     reordered: list[int]  # the indices from a loader built with the next seed
     renoised: list[float]  # and its noise
@@ -199,7 +200,8 @@ def accumulate(rank: int, world_size: int, port: int, path: str, k: int) -> None
 
 # -- 12: seeds for shuffling and for augmentation -----------------------------------------
 class Jittered(Dataset):
-    """Item ``i`` is ``(i, noise)``, the noise drawn where the item is loaded (augmentation)."""
+    """Item ``i`` is ``(i, noise, worker)``: the noise drawn where the item is loaded
+    (augmentation), and the id of the loader worker that loaded it (-1: no worker)."""
 
     def __init__(self, size: int):
         self.size = size
@@ -207,8 +209,9 @@ class Jittered(Dataset):
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, index: int) -> tuple[int, torch.Tensor]:
-        return index, torch.rand(())
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor, int]:
+        loading = torch.utils.data.get_worker_info()
+        return index, torch.rand(()), loading.id if loading is not None else -1
 
 
 @sends(SeedsReport)
@@ -228,22 +231,24 @@ def seeds(rank: int, world_size: int, port: int, path: str, seed: int) -> None:
     try:
         torch.manual_seed(0)  # what a script does first, the same on every rank
 
-        def one_epoch(seed: int) -> tuple[list[int], list[float]]:
+        def one_epoch(seed: int) -> tuple[list[int], list[float], list[int]]:
             loader = worker.make_loader(Jittered(SEEDS_SIZE), rank, world_size, seed)
-            indices, noise = [], []
-            for index, jitter in loader:
+            indices, noise, loaded_by = [], [], []
+            for index, jitter, by in loader:
                 indices += [int(i) for i in index]
                 noise += [round(float(n), 6) for n in jitter]
-            return indices, noise
+                loaded_by += [int(w) for w in by]
+            return indices, noise, loaded_by
 
-        indices, noise = one_epoch(seed)
-        _, again = one_epoch(seed)
-        reordered, renoised = one_epoch(seed + 1)
+        indices, noise, loaded_by = one_epoch(seed)
+        _, again, _ = one_epoch(seed)
+        reordered, renoised, _ = one_epoch(seed + 1)
         send_typed(
             SeedsReport(
                 rank=rank,
                 indices=indices,
                 noise=noise,
+                workers=sorted(set(loaded_by)),
                 again=again,
                 reordered=reordered,
                 renoised=renoised,
