@@ -23,29 +23,19 @@ from ddp_lesson.launch.rank_starter import RankStarter
 from ddp_lesson.launch.state import LaunchState
 from ddp_lesson.launch.watching import Watcher
 
-#: Every module of the course, imported by the no-side-effects test.
-MODULES = [
-    "ddp_lesson",
-    "ddp_lesson.bench",
-    "ddp_lesson.data",
-    "ddp_lesson.devices",
-    "ddp_lesson.doctor",
-    "ddp_lesson.doctor.probe",
-    "ddp_lesson.exercises",
-    "ddp_lesson.exercises.checks",
-    "ddp_lesson.exercises.generate",
-    "ddp_lesson.exercises.probes.stage_workers",
-    "ddp_lesson.group",
-    "ddp_lesson.launch",
-    "ddp_lesson.launch.elastic",
-    "ddp_lesson.launch.ranks",
-    "ddp_lesson.warm",
-    "ddp_lesson.models",
-    "ddp_lesson.reports",
-    "ddp_lesson.sources",
-    "ddp_lesson.stages",
-    "ddp_lesson.views",
-]
+
+def every_module() -> list[str]:
+    """Every module of the package, as ``pkgutil.walk_packages`` finds it, but its ``__main__``s.
+
+    ``ddp_lesson.__main__`` and ``ddp_lesson.exercises.__main__`` are left
+    out: importing them runs the command they are (``python -m ...``).
+    """
+    import pkgutil
+
+    import ddp_lesson
+
+    found = pkgutil.walk_packages(ddp_lesson.__path__, "ddp_lesson.")
+    return ["ddp_lesson", *sorted(m.name for m in found if not m.name.endswith(".__main__"))]
 
 
 #: What ranks import to run the course's own functions (views, checks, the bench, the doctor).
@@ -90,6 +80,9 @@ def test_importing_the_course_starts_no_thread_and_installs_no_hook():
     # In a fresh interpreter with an IPython shell, as a notebook kernel has;
     # the packages the course uses are imported first, so that what they do
     # at import (torch registers atexit handlers) is not counted.
+    modules = every_module()
+    on_disk = [p for p in Path(ddp_lesson.__file__).parent.rglob("*.py") if p.stem != "__main__"]
+    assert len(modules) == len(on_disk)  # every file, none skipped
     script = f"""
 import atexit, importlib, sys, threading
 from IPython.core.interactiveshell import InteractiveShell
@@ -100,7 +93,7 @@ def state():
     return ([t.name for t in threading.enumerate()], sys.excepthook,
             shell.custom_exceptions, atexit._ncallbacks(), sys.meta_path[:])
 before = state()
-for name in {MODULES!r}:
+for name in {modules!r}:
     importlib.import_module(name)
 import ddp_lesson.exercises.checks as checks
 checks.check_spawn  # the checks' own modules, found on first use
@@ -249,6 +242,26 @@ def test_the_failures_alone_turn_a_state_that_timed_out_into_a_timeout():
         Failures(state).raise_for(None, None)
     state.timed_out = False
     Failures(state).raise_for(None, None)  # no spawn, nothing expected: nothing to say
+
+
+def test_a_rank_torch_stopped_is_not_named_when_another_raised_first():
+    # torch stops the other ranks with SIGTERM once one raises; when it then names a
+    # stopped rank, the error to read is the one the raising rank left
+    import signal
+
+    from torch.multiprocessing.spawn import ProcessExitedException
+
+    state = LaunchState(world_size=4, timeout_s=5, threads=1, started=4)
+    state.ended = {0: -signal.SIGTERM, 1: -signal.SIGTERM, 2: 1, 3: -signal.SIGTERM}
+    trace = 'Traceback ...\n  File "w.py", line 17, in ddp_setup\nValueError: no cuda:2'
+    state.raised_by = {2: trace}
+    stopped = ProcessExitedException(
+        "process 0 terminated with signal SIGTERM", error_index=0, error_pid=1,
+        exit_code=-signal.SIGTERM, signal_name="SIGTERM",
+    )  # fmt: skip
+    with pytest.raises(LaunchError) as raised:
+        Failures(state).raise_for(ProcessExitedException, stopped)
+    assert raised.value.rank == 2 and "ValueError: no cuda:2" in str(raised.value), raised.value
 
 
 def test_a_block_that_fails_to_open_undoes_every_step_it_had_taken(monkeypatch):

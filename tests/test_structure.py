@@ -127,9 +127,7 @@ def test_outside_launch_only_its_exported_names_are_imported():
     # outside the package only so that it runs before the package imports torch)
     outside = [p for p in modules() if LAUNCH not in p.parents and p.name != "warm.py"]
     found = [w for p in outside for w in launch_imports(p)]
-    assert found == [], "import these from ddp_lesson.launch's exported names: " + ", ".join(
-        found
-    )
+    assert found == [], "import these from ddp_lesson.launch's exported names: " + ", ".join(found)
 
 
 def written_by_notebooks() -> set[str]:
@@ -205,16 +203,36 @@ def module_state(path: Path) -> list[tuple[str, int]]:
             targets, value = [node.target], node.value
         else:
             continue
-        func = value.func if isinstance(value, ast.Call) else None
-        called = getattr(func, "id", None) or getattr(func, "attr", None)
-        containers = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
-        for target in targets:
+        for target, each in _pairs(targets, value):
             name = getattr(target, "id", "")
             if not name or name.isupper() or name == "__all__":
                 continue
-            if isinstance(value, containers) or called in MUTABLE_CALLS or name in rebound:
+            if _mutable(each) or name in rebound:
                 found.append((name, node.lineno))
     return found
+
+
+def _pairs(targets: list[ast.expr], value: ast.expr) -> list[tuple[ast.expr, ast.expr]]:
+    """Each name an assignment binds with the value it gets (``a, b = [], {}`` pairs them)."""
+    pairs = []
+    for target in targets:
+        if isinstance(target, ast.Tuple | ast.List):
+            values = value.elts if isinstance(value, ast.Tuple | ast.List) else None
+            if values is not None and len(values) == len(target.elts):
+                pairs += list(zip(target.elts, values, strict=True))
+            else:  # unpacked from one object: each name gets a part of it
+                pairs += [(each, value) for each in target.elts]
+        else:
+            pairs.append((target, value))
+    return pairs
+
+
+def _mutable(value: ast.expr) -> bool:
+    """Whether ``value`` makes state that can change: a container, a lock, per-thread data."""
+    func = value.func if isinstance(value, ast.Call) else None
+    called = getattr(func, "id", None) or getattr(func, "attr", None)
+    containers = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+    return isinstance(value, containers) or called in MUTABLE_CALLS
 
 
 def reason_above(lines: list[str], line: int) -> bool:
@@ -225,9 +243,21 @@ def reason_above(lines: list[str], line: int) -> bool:
     return index >= 0 and lines[index].startswith("#")
 
 
+def state_section() -> str:
+    """The text of ARCHITECTURE.md's "State a module keeps" section, up to the next heading."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    return text.split("\n## State a module keeps\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_state_reading_finds_names_bound_together(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("a, b = [], 0\n(c, d) = {}, set()\ne = f = []\nLIMIT = []\ng, h = x\n")
+    assert [name for name, _ in module_state(sample)] == ["a", "c", "d", "e", "f"]
+
+
 def test_module_state_says_why_and_is_listed():
     """Each variable a module keeps across calls has a comment saying why, and is listed."""
-    listed = (ROOT / "ARCHITECTURE.md").read_text()
+    listed = state_section()
     silent, unlisted = [], []
     for path in modules():
         if RANK_MEASURES in path.parents:

@@ -186,15 +186,41 @@ def _run_and_judge(
     if reading.mode == WORKER:
         args = tuple(_literal(a) for a in args)
     outcome = _run_as_written(reading, world_size, timeout_s, args)
+    needs = _needs_a_real_gpu(outcome) if reading.gpu_branch and outcome.stand_in else None
+    if needs is not None and not reading.asks_device_count:
+        reading.gpu_branch, reading.cpu_branch_because = False, needs
+        outcome = _run_as_written(reading, world_size, timeout_s, args)
     problem = import_problem(reading, outcome)
     if problem:
         return Diagnosis(path, problem=problem, ranks=outcome.ranks, output=outcome.output)
     diagnosis = verdict(reading, outcome, world_size)
     diagnosis.output = outcome.output
+    if reading.cpu_branch_because is not None:
+        said, line = reading.cpu_branch_because
+        at = f" at line {line}" if line else ""
+        diagnosis.notes.append(
+            f"no GPU here, and the script's GPU branch could not run on CPU stand-ins ({said}"
+            f"{at}), so the doctor checked its CPU branch; its GPU lines were not run"
+        )
     problem = nothing_checked(diagnosis, outcome, reading)
     if problem:
         diagnosis.problem = problem
     return diagnosis
+
+
+#: What torch says when code asks for a GPU that a CPU stand-in cannot be.
+NEEDS_A_GPU = ("Torch not compiled with CUDA", "Found no NVIDIA driver", "No CUDA GPUs",
+               "CUDA driver", "no CUDA-capable device")  # fmt: skip
+
+
+def _needs_a_real_gpu(outcome: Outcome) -> tuple[str, int | None] | None:
+    """The error and its line, if a process raised because only a real GPU would do."""
+    for record in [*outcome.ranks, *([outcome.script] if outcome.script else [])]:
+        error = record.error or {}
+        message = str(error.get("message", ""))
+        if any(words in message for words in NEEDS_A_GPU):
+            return f"{error.get('type', 'an error')}: {message.splitlines()[0]}", error.get("line")
+    return None
 
 
 def _run_as_written(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> Outcome:

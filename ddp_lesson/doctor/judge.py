@@ -26,7 +26,7 @@ import dataclasses
 
 from ..stages import KEYS
 from .judge_crash import crash_finding, crashes, stop_reasons
-from .judge_data import data_verdict
+from .judge_data import UNEVEN, data_verdict
 from .judge_ending import passed_unseen, printed, unfinished, why_not_run
 from .judge_evidence import Shown
 from .judge_model import model_verdict, unused_parameters
@@ -110,6 +110,12 @@ def verdict(
         shown.extend(judged.shown)
         fine.update(judged.fine)
         disproved.update(judged.disproved)
+    if "teardown" in fine and any(UNEVEN in s.finding.evidence for s in shown):
+        fine["teardown"] += (
+            " in the doctor's short run, which takes the same few batches on every rank; run "
+            "in full, the rank with more batches would first wait at its extra step (see "
+            "splitting the data)"
+        )
     if disproved:  # the run showed these guesses of the code wrong
         kept = [f for f in reading.findings if f.stage not in disproved]
         reading = dataclasses.replace(reading, findings=kept)

@@ -72,6 +72,18 @@ def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVe
             f"when {lost} (it raised {error['type']}): it never reached the step its "
             f"partners waited in; find out why rank {other.rank} stays at line {line}"
         )
+    elif gone and _only_some_called(error, [r for r, _ in crashed], gone):
+        line = error["line"]
+        others = ranks_text(sorted(r.rank for r in gone))
+        evidence = (
+            f"{ranks_text(sorted(waiting))} waited in vain{quote(reading, line)} (it raised "
+            f"{error['type']}): a call there needs every rank (a collective, or a forward through "
+            "DDP, which broadcasts the model's buffers from rank 0 when they are kept in "
+            f"step), and {others} never made a call at that line: it finished its work and "
+            "returned. "
+            f"Find the condition that lets only {ranks_text(sorted(waiting))} reach line "
+            f"{line} (evaluate with model.module on one rank, or run the call on every rank)"
+        )
     elif gone:
         other, line = gone[0], None  # (no stage owns where a rank chose to leave)
         released = (other.destroyed or {}).get("line")
@@ -84,6 +96,23 @@ def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVe
     else:
         return None
     return StageVerdict(FAULT, f"run: {evidence}", line, [f"run: {evidence}"])
+
+
+def _only_some_called(
+    error: dict, waiting: list[ProcessRecord], gone: list[ProcessRecord]
+) -> bool:
+    """True when the waiting ranks waited in a call (a collective, a forward through DDP)
+    at a line where the ranks that left never called anything.
+
+    Then the waiting ranks made a call the others had no reason to make (rank 0
+    evaluating through DDP alone), not the same steps with someone leaving early.
+    """
+    line = error.get("line")
+    return (
+        line is not None
+        and all(line in r.call_lines for r in waiting)
+        and all(r.returned and line not in r.call_lines for r in gone)
+    )
 
 
 def crash_finding(

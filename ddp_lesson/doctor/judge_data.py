@@ -16,6 +16,9 @@ from collections import Counter
 
 from .judge_evidence import Judged, Shown, note_shown
 
+#: Words of every finding that the ranks' loaders give different numbers of batches.
+UNEVEN = "DDP needs the same number of steps on every rank"
+
 
 def _overlap(orders: list[list[int]]) -> set[int]:
     """Indices that more than one rank iterated."""

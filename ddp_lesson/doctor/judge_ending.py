@@ -138,7 +138,7 @@ def passed_unseen(diagnosis: Diagnosis) -> None:
     """
     order = list(diagnosis.stages)
     shown = [i for i, v in enumerate(diagnosis.stages.values()) if v.status == OK]
-    for key in order[: max(shown, default=-1)]:
+    for key in order[: max(shown, default=0)]:  # (no stage shown working: none passed)
         verdict = diagnosis.stages[key]
         if verdict.status != NOT_CHECKED or not verdict.evidence.startswith("not reached: "):
             continue

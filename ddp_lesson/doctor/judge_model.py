@@ -14,7 +14,7 @@ from __future__ import annotations
 from .judge_divergence import parting_cause
 from .judge_evidence import Judged, Shown, error_text, note_shown
 from .read import Finding
-from .record import ProcessRecord
+from .record import WRAPS_KEPT, ProcessRecord
 
 #: Parameters closer than this count as equal across ranks.
 TOLERANCE = 1e-6
@@ -122,6 +122,10 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
             "follow the rank (device_ids=[rank])",
             wrapped[0].ddp[0]["line"],
         )
+    again = _wrapped_again(wrapped)
+    if again is not None:
+        add(*again, exact=True)
+        return Judged.of(shown)
     unused = unused_parameters(ranks)
     if unused:
         finding = _unused_finding(unused, error_text(crashed[0][1]) if crashed else "")
@@ -135,9 +139,76 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if compared is not None and compared[1] > TOLERANCE:
         add(*_parted(ranks, wrapped, *compared))
         return Judged.of(shown)
+    summed = None if wrapped else _summed_not_averaged(ranks)
+    if summed is not None:
+        add(*summed, exact=True)
+        return Judged.of(shown)
     if compared is not None or wrapped:
         return Judged.of(shown, {"model_wrapping": _in_step(wrapped, compared, stand_in)})
     return Judged.of(shown)
+
+
+def _wrapped_again(wrapped: list[ProcessRecord]) -> tuple[str, int | None] | None:
+    """The same model wrapped by one DDP(...) line again once training began: text and line.
+
+    A wrap inside the training loop: each one broadcasts rank 0's parameters
+    and builds DDP's buckets anew. Wrapping again from another line (a model
+    re-wrapped after unfreezing layers) is not this.
+    """
+    for r in wrapped:
+        seen: dict[tuple[int | None, int | None], dict] = {}
+        for entry in r.ddp:
+            key = (entry.get("module"), entry["line"])
+            first = seen.setdefault(key, entry)
+            if first is not entry and entry.get("after_steps", 0) > first.get("after_steps", 0):
+                count = sum(1 for e in r.ddp if (e.get("module"), e["line"]) == key)
+                times = f"at least {count}" if len(r.ddp) >= WRAPS_KEPT else str(count)
+                return (
+                    f"DDP(...) at line {entry['line']} wrapped the same model {times} times on "
+                    f"rank {r.rank}, again after optimizer steps: a wrap inside the training "
+                    "loop, and each one copies rank 0's parameters to every rank and builds "
+                    "DDP's gradient buckets anew. Wrap the model once, before the loop, and "
+                    "train the wrapper",
+                    entry["line"],
+                )
+    return None
+
+
+def _summed_not_averaged(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
+    """Gradients all-reduced by hand with SUM and stepped undivided: the text and its line.
+
+    Judged on every rank's first step: the tensors it all-reduced with SUM
+    held its own gradients as backward left them (their absolute sums
+    agree), and the optimiser stepped with the all-reduced values.
+    """
+    if len(ranks) < 2 or not all(r.steps and r.trained for r in ranks):
+        return None
+    lines = []
+    for r in ranks:
+        local, step = r.trained[0].get("grads"), r.steps[0]
+        upto = step.get("collectives")
+        summed = [
+            c for c in r.collectives[:upto]
+            if c.get("reduce") == "SUM" and c.get("before") is not None and c.get("after")
+        ] if upto is not None else []  # fmt: skip
+        if not local or not summed:
+            return None
+        before, after = sum(c["before"] for c in summed), sum(c["after"] for c in summed)
+        if not (_close(before, local) and _close(step["grads"], after)):
+            return None
+        lines.append(summed[0]["line"])
+    n, line = len(ranks), lines[0]
+    return (
+        f"the ranks all-reduce their gradients with SUM (line {line}) and the optimiser "
+        f"steps with that sum: {n} times the average DDP would step with, as if the "
+        f"learning rate were {n} times larger; divide the gradients by the world size "
+        "after the all-reduce",
+        line,
+    )
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-4 * max(abs(a), abs(b), 1e-12)
 
 
 def _optimizer_elsewhere(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:

@@ -133,6 +133,7 @@ from .probe_state import (  # noqa: F401
     DoctorStop,
     TorchrunScript,
     blocking,
+    called_name,
     error_record,
     first_line,
     frame_line,
@@ -262,6 +263,7 @@ def rewire(namespace: dict) -> None:
     swaps = {id(original): getattr(c10d, name, None) for name, original in originals.items()}
     swaps[id(originals.get("set_device"))] = torch.cuda.set_device
     swaps[id(originals.get("device_count"))] = torch.cuda.device_count
+    swaps[id(originals.get("is_available"))] = torch.cuda.is_available
     swaps[id(originals.get("current_device"))] = torch.cuda.current_device
     swaps[id(originals.get("load"))] = torch.load
     for key, original in originals.items():

@@ -10,9 +10,10 @@
   ``empty_cache`` do nothing. Each module's device and each ``set_device`` are
   recorded as asked, with the learner's line. With ``Settings.gpus``,
   ``torch.cuda.device_count`` answers that many GPUs, and so do
-  ``torch.accelerator`` and ``torch.cuda.current_device``, to the learner's own
-  calls only (torch's code, such as a DataLoader deciding whether to pin
-  memory, keeps asking the real machine);
+  ``torch.accelerator``, ``torch.cuda.is_available`` and
+  ``torch.cuda.current_device``, to the learner's own calls only (torch's
+  code, such as a DataLoader deciding whether to pin memory, keeps asking
+  the real machine);
 * :func:`install_placement_record`, on a machine with a GPU for every rank:
   ``nn.Module.to`` only records where the learner's modules go.
 
@@ -197,6 +198,12 @@ def install_cpu_stand_ins(gpus: int) -> None:
     if gpus:
         originals["device_count"] = torch.cuda.device_count
         set_for_good(torch.cuda, "device_count", lambda: gpus)
+        available = originals["is_available"] = torch.cuda.is_available
+
+        def is_available() -> bool:  # the learner's GPU branch runs, on the stand-ins
+            return True if called_by_learner() else available()
+
+        set_for_good(torch.cuda, "is_available", is_available)
         install_accelerator(gpus)
 
 

@@ -39,6 +39,7 @@ from .probe_state import (
     is_learner,
     learner_line,
     mark_done,
+    note_call_line,
     originals,
     owned,
     process_state,
@@ -201,11 +202,14 @@ def check_claim(rank, world_size) -> None:
             "be in 0..world_size-1 (pass rank=rank, world_size=world_size)",
         )
     if nprocs and world_size > nprocs:
+        line = (process_state["record"].init or {}).get("line")
+        told = f"init_process_group (line {line})" if line else "init_process_group"
         stop_at_stage(
             "spawning",
-            f"only {nprocs} process(es) were started for a world of {world_size}: the "
-            "group would wait forever for the missing ranks; start world_size processes "
-            "(nprocs=world_size)",
+            f"only {nprocs} process(es) were started for a world of {world_size}, the "
+            f"world_size {told} was given: the group would wait forever for the missing "
+            "ranks; the processes started and the world_size given must be one number "
+            "(e.g. nprocs=world_size, from the same variable)",
         )
 
 
@@ -398,6 +402,25 @@ def check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> None
     )
 
 
+#: The first all-reduces of a rank whose operation and sizes are recorded.
+SUMS_KEPT = 64
+
+
+def reduce_name(op: object) -> str:
+    """``"SUM"``, ``"AVG"``...: an all-reduce's operation by name (SUM when not given)."""
+    if op is None:
+        return "SUM"
+    return str(getattr(op, "name", op)).rsplit(".", 1)[-1].upper()
+
+
+def abs_sum(tensor: object) -> float | None:
+    """The sum of a floating tensor's absolute values (None for anything else)."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        return None
+    with torch.no_grad():
+        return float(tensor.detach().double().abs().sum())
+
+
 def recorded_collective(name: str) -> Callable:
     real = originals[name]
     signature = inspect.signature(real)
@@ -422,11 +445,20 @@ def recorded_collective(name: str) -> Callable:
             return real(*args, **kwargs)  # a subgroup: not every rank takes part
         rank, size = dist.get_rank(), dist.get_world_size()
         step = len(record.collectives)
-        record.collectives.append({"op": name, "line": line})
-        shape = tensor_shape(signature.bind_partial(*args, **kwargs).arguments)
+        given = signature.bind_partial(*args, **kwargs).arguments
+        entry = {"op": name, "line": line}
+        record.collectives.append(entry)
+        note_call_line(line)
+        shape = tensor_shape(given)
         recorded_store().set(group_key("coll", step, rank), f"{name}:{line}:{shape}")
         wait_for_all(name, line, step, rank, size)
+        sums = name == "all_reduce" and step < SUMS_KEPT and not given.get("async_op")
+        if sums:
+            entry.update(reduce=reduce_name(given.get("op")), before=abs_sum(given.get("tensor")))
         with blocking(name, line):
-            return real(*args, **kwargs)
+            result = real(*args, **kwargs)
+        if sums:
+            entry["after"] = abs_sum(given.get("tensor"))
+        return result
 
     return checked

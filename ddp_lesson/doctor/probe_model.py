@@ -30,11 +30,13 @@ from .probe_state import (
     blocking,
     first_line,
     learner_line,
+    note_call_line,
     owned,
     process_state,
     save_record,
     thread_local,
 )
+from .record import WRAPS_KEPT
 
 #: Optimiser steps (and backward passes) whose parameters are recorded.
 STEPS_KEPT = 3
@@ -71,6 +73,17 @@ def note_backward(tensors) -> None:
         total = float(sum(p.detach().double().sum() for p in params))
     count = sum(p.numel() for p in params)
     record.trained.append({"at": len(record.trained), "sum": total, "count": count})
+    process_state["backward_params"] = params
+
+
+def note_gradients() -> None:
+    """After a recorded backward pass: the absolute sum of the gradients it left."""
+    params = process_state.pop("backward_params", None)
+    record = process_state["record"]
+    if params and record is not None and record.trained:
+        with torch.no_grad():
+            grads = [p.grad.detach().double().abs().sum() for p in params if p.grad is not None]
+        record.trained[-1]["grads"] = float(sum(grads))
 
 
 def note_unused() -> None:
@@ -98,6 +111,7 @@ def recorded_backward(original):
                 result = original(tensors, *args, **kwargs)
         else:
             result = original(tensors, *args, **kwargs)
+        note_gradients()
         note_unused()
         note_event("backward")
         return result
@@ -124,8 +138,11 @@ def ddp_init(original):
             "find_unused": bool(bound.arguments.get("find_unused_parameters", False)),
             "static_graph": bool(bound.arguments.get("static_graph", False)),
             "unused": None,
+            "module": id(module),  # the same model wrapped again has the same id
+            "after_steps": len(record.steps),  # optimiser steps this rank had made before
         }
-        record.ddp.append(entry)
+        if len(record.ddp) < WRAPS_KEPT:
+            record.ddp.append(entry)
         # which parameters DDP keeps in step: an optimiser may train more
         process_state.setdefault("in_ddp", set()).update(id(p) for p in module.parameters())
         if process_state["settings"].stand_in and entry["asked"]:
@@ -196,10 +213,13 @@ def ddp_join_hook(original):
 
 
 def count_forward(module, inputs) -> None:
+    in_ddp = getattr(thread_local, "in_ddp", 0)
+    if in_ddp:
+        note_call_line(learner_line(3))  # (with or without gradients: it may broadcast)
     if not torch.is_grad_enabled():
         return
     forwards = process_state["record"].forwards
-    if getattr(thread_local, "in_ddp", 0):
+    if in_ddp:
         forwards["wrapped"] += 1
         note_event("forward", learner_line(3))
     else:
@@ -221,7 +241,8 @@ def after_step(optimizer, args, kwargs) -> None:
     in_ddp = process_state.get("in_ddp")
     wrapped = sum(1 for p in trained if id(p) in (in_ddp or ()))
     held = len(trained)
-    record.steps.append({"params": total, "grads": grad_sum, "held": held, "wrapped": wrapped})
+    record.steps.append({"params": total, "grads": grad_sum, "held": held, "wrapped": wrapped,
+                         "collectives": len(record.collectives)})  # fmt: skip
     note_event("step")
     if in_ddp:  # what the optimiser trains outside every DDP module, by position
         # (by the parameters' own ids: a detached view is a new object)

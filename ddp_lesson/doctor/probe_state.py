@@ -38,6 +38,7 @@ And what every part uses:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -122,6 +123,25 @@ def frame_line(frame) -> int | None:
             return frame.f_lineno
         frame = frame.f_back
     return None
+
+
+def called_name(target: object) -> str:
+    """The name of what a process was started to run (through any ``functools.partial``)."""
+    while isinstance(target, functools.partial):
+        target = target.func
+    return getattr(target, "__name__", None) or type(target).__name__
+
+
+#: How many distinct lines a record's ``call_lines`` keeps.
+CALL_LINES_KEPT = 64
+
+
+def note_call_line(line: int | None) -> None:
+    """Add ``line`` to the record's ``call_lines`` (a DDP forward or a collective is there)."""
+    record = process_state.get("record")
+    if record is not None and line is not None and line not in record.call_lines:
+        if len(record.call_lines) < CALL_LINES_KEPT:
+            record.call_lines.append(line)
 
 
 def learner_line(depth: int = 2) -> int | None:

@@ -105,6 +105,7 @@ def read(path: str | Path) -> Reading:
     if not _read_mode(reading, tree, main_blocks, spawns, functions):
         return reading
     reading.asks_device_count = _asks_device_count(tree)
+    reading.gpu_branch = _asks_for_a_gpu(tree)
     read_spawn(reading, spawns, functions, Scope(*main_blocks, *tree.body))
     read_group_part(reading, tree)
     read_data_part(reading, tree, functions)
@@ -201,6 +202,11 @@ def _asks_device_count(tree: ast.Module) -> bool:
         calls_in(tree, "device_count", "current_accelerator")
         or any("accelerator" in ast.unparse(c.func) for c in calls_in(tree, "is_available"))
     )
+
+
+def _asks_for_a_gpu(tree: ast.Module) -> bool:
+    """True when the code asks whether there is a GPU (``torch.cuda.is_available()``)."""
+    return any("cuda" in ast.unparse(c.func) for c in calls_in(tree, "is_available"))
 
 
 #: Calls that start processes without torch's launchers, found at the top level of a file.

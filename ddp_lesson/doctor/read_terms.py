@@ -114,6 +114,11 @@ class Reading:
             (``torch.cuda.device_count()``, ``torch.accelerator.device_count()``)
             or whether there is an accelerator (``torch.accelerator.is_available()``,
             ``current_accelerator()``).
+        gpu_branch: the code asks ``torch.cuda.is_available()``: on a machine
+            without a GPU per rank, its GPU branch runs on stand-ins (its CPU
+            branch, if the stand-ins cannot run it: see ``cpu_branch_because``).
+        cpu_branch_because: why the GPU branch could not run on stand-ins (the
+            error, and its line), when the doctor ran the CPU branch instead.
         unstartable: set when the file cannot be run as written (a finding
             says why); the doctor then judges the code without running it.
         agent_line: run as Python, the script started torchrun's agent on
@@ -136,6 +141,8 @@ class Reading:
     unstartable: bool = False
     reads_torchrun: bool = False
     agent_line: int | None = None
+    gpu_branch: bool = False
+    cpu_branch_because: tuple[str, int | None] | None = None
 
     def source(self, line: int | None) -> str:
         """The text of ``line`` (stripped), or ``""``."""

@@ -19,6 +19,10 @@ from dataclasses import asdict, dataclass, field, fields
 SETTINGS_ENV = "DDP_LESSON_DOCTOR"
 
 
+#: The DDP(...) calls a rank records (a model wrapped again at every step would make many).
+WRAPS_KEPT = 20
+
+
 #: What a script's record gives as the torchrun variable it wanted when, run as
 #: Python, it started torchrun's agent on itself (the doctor then runs it under torchrun).
 SELF_LAUNCH = "torchrun's agent, started by the script"
@@ -111,9 +115,10 @@ class ProcessRecord:
         outside: ``{"index", "shape", "sum"}`` after the last recorded step,
             per parameter the optimiser trains that no DDP module holds
             (``index``: its place in the optimiser's parameters).
-        trained: ``{"at", "sum", "count"}`` for the first backward passes:
-            the sum of the parameters that pass trains, as the forward pass
-            used them (``at`` 0 is before any update); this needs no optimiser.
+        trained: ``{"at", "sum", "count", "grads"}`` for the first backward
+            passes: the sum of the parameters that pass trains, as the forward
+            pass used them (``at`` 0 is before any update; this needs no
+            optimiser), and the absolute sum of the gradients it left.
         model_events: ``{"event", "line", "params", "grads", ...}`` per event
             of the DDP models over the first steps, in order: ``wrap``,
             ``forward`` (through DDP), ``backward``, ``before_step`` (with
@@ -121,7 +126,12 @@ class ProcessRecord:
             (``load_state_dict`` into a wrapped model) and ``clip`` (with its
             ``call`` and ``limit``); ``params`` the sum of every wrapped
             parameter, ``grads`` the sum of their gradients' absolute values.
-        collectives: ``{"op", "line"}`` per collective called from the learner's file.
+        collectives: ``{"op", "line"}`` per collective called from the learner's file;
+            the first all-reduces add ``"reduce"`` (``"SUM"``...) and the absolute
+            sums of their tensor ``"before"`` and ``"after"``.
+        call_lines: the lines of the learner's file where this rank called a
+            forward through DDP (which may make a collective: the buffers'
+            broadcast) or a collective, each once, in the order first met.
         waiting: ``{"op", "line"}`` while it waits in a collective.
         destroyed: ``{"line"}`` of its ``destroy_process_group`` call.
         returned: its function (or script) ended normally.
@@ -169,6 +179,7 @@ class ProcessRecord:
     trained: list[dict] = field(default_factory=list)
     model_events: list[dict] = field(default_factory=list)
     collectives: list[dict] = field(default_factory=list)
+    call_lines: list[int] = field(default_factory=list)
     waiting: dict | None = None
     destroyed: dict | None = None
     returned: bool = False

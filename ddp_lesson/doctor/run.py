@@ -70,7 +70,7 @@ def run_probed(reading: Reading, world_size: int, timeout_s: float, args: Sequen
     folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-doctor-")
     path = os.path.realpath(reading.path)
     stand_in = not devices.gpus_for(world_size)
-    gpus = world_size if reading.asks_device_count and stand_in else 0
+    gpus = world_size if (reading.asks_device_count or reading.gpu_branch) and stand_in else 0
     outcome = Outcome(
         launch=describe(reading, world_size, args),
         timeout_s=timeout_s,

@@ -110,7 +110,7 @@ def _route(fn: Callable, args: tuple) -> tuple[str, str]:
     target = fn
     if getattr(fn, "__module__", "").startswith("torch.distributed.elastic") and args:
         target = args[0]  # the agent's wrapper runs the learner's function, its first argument
-    return by, getattr(target, "__name__", type(target).__name__)
+    return by, probe.called_name(target)
 
 
 def _start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):

@@ -62,7 +62,7 @@ def _ours(process: BaseProcess) -> bool:
 
 def _note_start(by: str, target: object, nargs: int, line: int | None) -> None:
     record = probe.current()
-    name = getattr(target, "__name__", None) or type(target).__name__
+    name = probe.called_name(target)
     for entry in record.spawns:
         if entry["by"] == by and entry["line"] == line:
             entry["nprocs"] += 1

@@ -55,6 +55,7 @@ class Failures:
         if isinstance(exc, ProcessExitedException) and state.stopped_early and early:
             raise errors.LaunchError(errors.left_early(early), output=state.output) from None
         if isinstance(exc, ProcessExitedException):
+            self._stopped_after_a_raise(exc, early)
             message = errors.exited(exc.error_index, exc.exit_code, exc.signal_name, state.output)
             message = _with(message, errors.still_running(state.stacks, exc.error_index))
             raise errors.LaunchError(message, exc.error_index, output=state.output) from None
@@ -76,6 +77,26 @@ class Failures:
             message = errors.exited(cause[0], cause[1], name, state.output)
             message = _with(message, errors.still_running(state.stacks, cause[0]))
             raise errors.LaunchError(message, cause[0], output=state.output) from None
+        message = errors.raised(index, trace, early, tuple(state.names))
+        message = _with(message, errors.still_running(state.stacks, index))
+        raise errors.LaunchError(message, index, trace, state.output) from None
+
+    def _stopped_after_a_raise(self, exc, early: list[str]) -> None:
+        """Raise the error of a rank that raised, when torch named one it stopped (SIGTERM).
+
+        When a rank raises, torch stops the others with SIGTERM; if it looks at
+        the ranks after that, it may name a stopped one first. The rank that
+        raised (its own error, not a lost partner's) is the one to read.
+        """
+        state = self.state
+        if exc.signal_name != "SIGTERM" or not state.raised_by:
+            return
+        own = [
+            rank for rank, trace in sorted(state.raised_by.items())
+            if not errors.PEER_LOST.search(errors.last_error_line(trace))
+        ]  # fmt: skip
+        index = (own or sorted(state.raised_by))[0]
+        trace = state.raised_by[index]
         message = errors.raised(index, trace, early, tuple(state.names))
         message = _with(message, errors.still_running(state.stacks, index))
         raise errors.LaunchError(message, index, trace, state.output) from None

@@ -87,3 +87,19 @@ def test_the_verdict_puts_the_judges_together():
     outcome = Outcome(ranks=records())
     diagnosis = judge.verdict(read.read(SCRIPT), outcome, 2)
     assert set(diagnosis.faults) >= {"data_division", "model_wrapping", "teardown"}, diagnosis
+
+
+def test_stages_after_a_fault_in_the_first_are_not_said_to_be_passed_unseen():
+    # nothing worked (the first stage is the fault, the rest never ran): no later stage
+    # can prove the run went past the others
+    from ddp_lesson.doctor.judge_ending import passed_unseen
+    from ddp_lesson.doctor.verdict import Diagnosis, StageVerdict
+
+    stages = {"spawning": StageVerdict("FAULT", "started 2 of 4", 43)}
+    for key in ("process_group", "data_division", "model_wrapping", "teardown"):
+        stages[key] = StageVerdict("NOT CHECKED", "not reached: the run ended before it")
+    diagnosis = Diagnosis("f.py", stages={k: v for k, v in stages.items()})
+    passed_unseen(diagnosis)
+    assert [v.evidence for v in diagnosis.stages.values()][1:] == [
+        "not reached: the run ended before it"
+    ] * 4

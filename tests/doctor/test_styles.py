@@ -63,7 +63,10 @@ SAYS = {
     "connect_each_epoch": {"process_group": "call it once"},
     "part_wrapped": {"model_wrapping": "outside the module DDP wraps: 2 tensor(s)"},
     "hand_split": {"data_division": "a data set of its own (split by hand"},
-    "hand_split_uneven": {"data_division": "(rank 0: 4, rank 1: 4, rank 2: 5)"},
+    "hand_split_uneven": {
+        "data_division": "(rank 0: 4, rank 1: 4, rank 2: 5)",
+        "teardown": "in the doctor's short run, which takes the same few batches",
+    },
     "optimizer_elsewhere": {"model_wrapping": "updates none of the parameters DDP wraps"},
     "syncbn_gpu": {"notes": "SyncBatchNorm, which needs GPUs, ran as plain batch norm"},
     "sweep_in_turn": {"teardown": "ranks [0, 1] released the group"},
@@ -94,6 +97,13 @@ SAYS = {
         "launch": "torchrun --standalone --nproc-per-node=2 self_launch.py",
         "spawning": "torchrun's agent, which the script starts on itself (line 37), started 2",
     },
+    "wrap_in_loop": {
+        "spawning": "mp.spawn started 2 process(es), each running worker",
+        "model_wrapping": "wrapped the same model",
+    },
+    "score_on_rank0": {"model_wrapping": "rank 1 never made a call at that line"},
+    "flat_sum": {"model_wrapping": "all-reduce their gradients with SUM (line 16)"},
+    "flat_mean": {"model_wrapping": "not wrapped in DDP, yet the ranks kept it in step"},
     "torchrun_env_alias": {
         "launch": "torchrun --standalone --nproc-per-node=2 torchrun_env_alias.py",
         "spawning": "torchrun started 2 process(es)",

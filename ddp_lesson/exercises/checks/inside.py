@@ -3,10 +3,11 @@
 :func:`check_hooks` launches real ranks that train with the learner's
 ``broadcast_parameters``, ``attach_hooks`` and ``finish`` beside a ``DDP``
 copy of the same model, on the same batches, and compares gradients and
-parameters. When they differ it says which mistake the ranks showed (the
-initial broadcast skipped, no hook, the wrong tensor all-reduced, a handle
-never waited for, handles of earlier steps kept and used again, the sum
-left undivided) and which line of the learner's file owns the fix; the
+parameters. When they differ it says which mistake the ranks showed (no
+broadcast, or one into copies; no hook, the wrong tensor all-reduced, a
+handle never waited for or never handed to ``finish``, handles of earlier
+steps kept and used again, the sum left undivided) and which line of the
+learner's file owns the fix; the
 line that fixes it is shown after a few tries, or with ``reveal=True``.
 """
 
@@ -127,6 +128,7 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
     world_size = got[0]["world_size"]
     broadcast_at = _where(path, _defined("broadcast_parameters"))
     hooks_at = _where(path, r"register_\w*hook\(", _defined("attach_hooks"))
+    attach_at = _where(path, _defined("attach_hooks"))
     finish_at = _where(path, _defined("finish"))
     report = got[0]
     grad_gaps = [max(r["grad_gap"][n] for r in got) for n in range(STEPS)]
@@ -134,7 +136,7 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
     judges = (  # in the order a learner builds it; a failed Result is falsy: test for None
         lambda: _start_wrong(name, got, broadcast_at),
         lambda: _exchange_wrong(name, path, report, hooks_at),
-        lambda: _waits_wrong(name, report, finish_at),
+        lambda: _waits_wrong(name, report, finish_at, attach_at),
         lambda: _kept(report, grad_gaps, finish_at),  # each step its own all-reduces
         lambda: _means_wrong(name, got, grad_gaps, param_gap, finish_at, hooks_at),
     )
@@ -155,14 +157,15 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
 def _start_wrong(name: str, got: list[probes.HooksReport], broadcast_at: str) -> Result | None:
     """Step 1: every rank must start from rank 0's parameters and buffers."""
     start_gap = max(r["start_gap"] for r in got)
+    seen, into_copies = _broadcast_seen(got, start_gap)
     starts = (
         (
             start_gap,
             "after broadcast_parameters(model), every rank holds rank 0's parameters",
-            f"the ranks' parameters still differed by up to {start_gap:.3g}: each rank kept "
-            "the weights of its own seed (the initial broadcast was skipped)",
+            seen,
             "every parameter and buffer must travel from rank 0 to all ranks before "
-            "training, as DDP(model) does first",
+            "training, as DDP(model) does first"
+            + (": does each broadcast write into the model's own tensor?" if into_copies else ""),
             "dist.broadcast(tensor.detach(), src=0) for every tensor of model.parameters() "
             "and model.buffers()",
         ),
@@ -193,6 +196,41 @@ def _start_wrong(name: str, got: list[probes.HooksReport], broadcast_at: str) ->
             )
 
     return None
+
+
+def _broadcast_seen(got: list[probes.HooksReport], start_gap: float) -> tuple[str, bool]:
+    """What the ranks showed of broadcast_parameters when their parameters still differed.
+
+    Returns:
+        the words for it, and whether every broadcast went into a tensor that
+        is none of the model's own.
+    """
+    differed = f"the ranks' parameters still differed by up to {start_gap:.3g}"
+    kept = all(r["own_gap"] == 0 for r in got)
+    counts = {(r["broadcasts"], r["into_model"]) for r in got}
+    if len(counts) != 1:  # the ranks called it differently: say only what they share
+        return f"after broadcast_parameters(model), {differed}", False
+    calls, into_model = counts.pop()
+    if calls == 0 and kept:
+        return (
+            "no line of your file called dist.broadcast while broadcast_parameters(model) ran, "
+            "and each rank's model kept the parameters it started with (the initial broadcast "
+            f"was skipped): {differed}"
+        ), False
+    if into_model == 0 and kept:
+        return (
+            f"broadcast_parameters(model) called dist.broadcast {calls} time(s), none of them "
+            "on one of the model's own parameters or buffers (each call was given a tensor "
+            "with memory of its own, such as a copy), so each rank's model kept the "
+            f"parameters it started with: {differed}"
+        ), True
+    said = f"after broadcast_parameters(model), {differed}"
+    if calls:
+        said += (
+            f"; it called dist.broadcast {calls} time(s), {into_model} of them on the model's "
+            "own tensors"
+        )
+    return said, False
 
 
 def _exchange_wrong(
@@ -280,23 +318,69 @@ def _every_gradient_wrong(name: str, report: probes.HooksReport, hooks_at: str) 
     return None
 
 
-def _waits_wrong(name: str, report: probes.HooksReport, finish_at: str) -> Result | None:
+def _waits_wrong(
+    name: str, report: probes.HooksReport, finish_at: str, attach_at: str
+) -> Result | None:
     """Step 4: every handle is waited for before optimizer.step()."""
     for step, step_calls in enumerate(report["calls"], 1):
         unwaited = [c for c in step_calls if not c["waited"]]
         if unwaited:
-            return failed(
-                name,
-                stage=MODEL,
-                expected="finish() to wait for every all-reduce before optimizer.step()",
-                happened=f"in step {step}, {len(unwaited)} of {len(step_calls)} all-reduce "
-                f"handles were "
-                "never waited for: the step read gradients the exchange had not finished with",
-                fix=f"{finish_at}: every handle attach_hooks collected must have finished before "
-                "the gradients are read",
-                answer="handle.wait() on every handle attach_hooks collected, then divide",
-            )
+            return _handed_over_wrong(name, report, step, unwaited, finish_at, attach_at)
     return None
+
+
+def _handed_over_wrong(
+    name: str,
+    report: probes.HooksReport,
+    step: int,
+    unwaited: list[probes.AllReduceCall],
+    finish_at: str,
+    attach_at: str,
+) -> Result:
+    """The failure for handles never waited for, by what finish() was handed in ``step``.
+
+    What ``attach_hooks`` returned is what ``finish`` gets. Holding nothing
+    when ``finish`` is called, while the hooks had started all-reduces, the
+    handles went somewhere else: ``attach_hooks`` (what it returns, or where
+    its hooks keep them) is at fault, not ``finish``. When it cannot be
+    counted, both are named; when it held entries, ``finish`` did not wait.
+    """
+    given = report["given"][step - 1]
+    count = len(report["calls"][step - 1])
+    hooked = sum(c["in_backward"] for c in report["calls"][step - 1])
+    if given == 0 and hooked:
+        return failed(
+            name,
+            stage=MODEL,
+            expected="the handles the hooks start to reach finish() through what attach_hooks "
+            "returns, and finish() to wait for each",
+            happened=f"in step {step}, the hooks started {hooked} all-reduce(s), but what "
+            "attach_hooks returned (what finish() is given) held 0 entries when finish() "
+            f"was called: {len(unwaited)} handle(s) were never waited for",
+            fix=f"{attach_at}: does what attach_hooks returns fill up as the hooks run, or do "
+            "the hooks keep their handles somewhere else?",
+            answer="return the very list (or dict) the hooks add their handles to, not a copy",
+        )
+    if given is None:
+        return failed(
+            name,
+            stage=MODEL,
+            expected="finish() to wait for every all-reduce before optimizer.step()",
+            happened=f"in step {step}, {len(unwaited)} of {count} all-reduce handles were never "
+            "waited for: the step read gradients the exchange had not finished with",
+            fix=f"{attach_at} and {finish_at}: every handle a hook starts must reach finish() "
+            "through what attach_hooks returns, and finish() must wait for each",
+        )
+    return failed(
+        name,
+        stage=MODEL,
+        expected="finish() to wait for every all-reduce before optimizer.step()",
+        happened=f"in step {step}, {len(unwaited)} of {count} all-reduce handles were never "
+        "waited for: the step read gradients the exchange had not finished with",
+        fix=f"{finish_at}: every handle attach_hooks collected must have finished before "
+        "the gradients are read",
+        answer="handle.wait() on every handle attach_hooks collected, then divide",
+    )
 
 
 def _means_wrong(

@@ -34,6 +34,18 @@ NODES = 2
 #: The variables ``torchrun`` sets that ``ddp_setup`` may read; ``main`` sets them too.
 VARIABLES = "RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
 
+#: The line that picks a process's device from its place on its node.
+DEVICE_LINE = 'device_for(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))'
+
+#: Functions that, raising under the learner's line, show it was picking or selecting a device.
+DEVICE_FUNCTIONS = {"device_for", "set_device", "_get_device_index"}
+
+#: Words of errors about a device number no GPU of this node has.
+DEVICE_WORDS = re.compile(r"invalid device|device ordinal|device >= 0|device index", re.IGNORECASE)
+
+#: A frame of a traceback: its file, line, function and the line's text.
+FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n[ \t]*([^\n]*)')
+
 
 @graded
 def check_launchers(path: str | Path, *, reveal: bool = False) -> Result:
@@ -62,6 +74,9 @@ def check_launchers(path: str | Path, *, reveal: bool = False) -> Result:
     try:
         got = base.run_probe(probes.on_node, total, base.worker_path(path), per_node)
     except (launch.LaunchError, ValueError) as error:
+        picked = _device_error(error, Path(path), per_node)
+        if picked is not None:
+            return picked
         return failed(
             NAME,
             stage=GROUP,
@@ -85,6 +100,53 @@ def check_launchers(path: str | Path, *, reveal: bool = False) -> Result:
         f"under torchrun with {NODES} nodes of {per_node} GPU(s) each (simulated), every "
         f"process joined as its global rank and took its local rank's GPU: {rows}.",
     )
+
+
+def _device_error(error: BaseException, path: Path, per_node: int) -> Result | None:
+    """The failure for a process of the two-node run that raised while picking its device.
+
+    Told by the failing rank's traceback: below the learner's last line in
+    it, a function that picks or selects a device raised, or the error
+    names a device number that does not exist, or that line itself is one
+    about the device (and not the one that joins the group).
+    """
+    rank = getattr(error, "rank", None)
+    trace = getattr(error, "rank_traceback", "")
+    if rank is None or not trace or isinstance(error, launch.LaunchTimeout):
+        return None
+    frames = FRAME.findall(trace)
+    own = [n for n, f in enumerate(frames) if _same_file(f[0], path)]
+    if not own:
+        return None
+    _, line, function, text = frames[own[-1]]
+    below = {f[2] for f in frames[own[-1] + 1 :]}
+    about_device = re.search(r"device|cuda", text) and not re.search(
+        r"init_process_group|barrier", text
+    )
+    if not (below & DEVICE_FUNCTIONS or DEVICE_WORDS.search(trace) or about_device):
+        return None
+    node, local = divmod(rank, per_node)
+    gpus = ", ".join(f"cuda:{i}" for i in range(per_node))
+    raised = [x for x in trace.strip().splitlines() if x.strip()][-1].strip()
+    return failed(
+        NAME,
+        stage=GROUP,
+        expected=f"each process under torchrun ({NODES} nodes of {per_node}) to pick one of its "
+        "own node's GPUs",
+        happened=f"process {rank}, local rank {local} of node {node} (which has {gpus} and "
+        f"nothing else), raised in {function}, while picking its device: {raised}",
+        fix=f"{path.name}, line {line} (`{text.strip()}`), in {function}: the device follows "
+        "the local rank (LOCAL_RANK: which GPU of its own node a process drives), not the "
+        "global rank (RANK)",
+        answer=DEVICE_LINE,
+    )
+
+
+def _same_file(name: str, path: Path) -> bool:
+    try:
+        return Path(name).resolve() == path.resolve()
+    except OSError:
+        return Path(name).name == path.name
 
 
 def _waited(error: BaseException, total: int) -> str:
@@ -238,7 +300,7 @@ def _wrong(
             happened=f"ddp_setup chose {r['device']}{extra}",
             fix="ddp_setup, where it picks the device: the device follows the local rank (which "
             "GPU of its own node a process drives), not the global rank",
-            answer='device_for(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))',
+            answer=DEVICE_LINE,
         )
     selection = selection_wrong(NAME, r, device, where) if per_node else None
     if selection is not None:

@@ -303,12 +303,53 @@ def _evaluation_wrong(got: list[probes.EvaluateReport], case: int) -> Result | N
     size = got[0]["size"]
     on = f"on {size} test images" + (" (the second run)" if case else "")
     accuracies = [r["accuracy"] for r in got]
-    wrong = _accuracies_differ(accuracies, on)
+    wrong = _denominator_wrong(got, on)
+    if wrong is None:
+        wrong = _accuracies_differ(accuracies, on)
     if wrong is None:
         wrong = _parts_wrong([r["forwarded"] for r in got], size, on)
     if wrong is None:
         wrong = _accuracy_wrong(got, accuracies[0], on)
     return wrong
+
+
+def _denominator_wrong(got: list[probes.EvaluateReport], on: str) -> Result | None:
+    """check_evaluate's failure for an accuracy no share of images can be, or None.
+
+    An accuracy outside 0 to 1 is not right answers over the images they
+    were counted on; when it equals the right answers of all ranks together
+    over the images of the returning rank's own part, the message says so.
+    """
+    accuracies = [r["accuracy"] for r in got]
+    if not any(a > 1 or a < 0 for a in accuracies):  # NaN is left to the checks after this
+        return None
+    shown = [round(a, 6) for a in accuracies]
+    happened = f"{on}, per rank: {shown}, {_outside(accuracies)}"
+    right = round(got[0]["truth"] * got[0]["size"])  # of all the images, all ranks together
+    own = [sum(i >= 0 for i in r["forwarded"]) for r in got]
+    if all(n and abs(r["accuracy"] - right / n) < 1e-6 for r, n in zip(got, own, strict=True)):
+        happened += (
+            ": each is the right answers of all ranks together divided by that rank's own "
+            "number of images"
+        )
+    return failed(
+        "check_evaluate",
+        stage=GROUP,
+        expected="each rank to return a share of the images the model got right (0 to 1)",
+        happened=happened,
+        fix="evaluate, where it divides: over which images were the right answers counted, and "
+        "how many images is that number divided by?",
+        answer="all_reduce a tensor of (right answers, images) on every rank, then divide one "
+        "by the other",
+    )
+
+
+def _outside(accuracies: list[float]) -> str:
+    """Whether the accuracies outside 0 to 1 are above 1, below 0, or both."""
+    above, below = any(a > 1 for a in accuracies), any(a < 0 for a in accuracies)
+    if above and below:
+        return "above 1 and below 0"
+    return "above 1" if above else "below 0"
 
 
 def _accuracies_differ(accuracies: list[float], on: str) -> Result | None:

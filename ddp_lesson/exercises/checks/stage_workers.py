@@ -7,6 +7,7 @@ that fixes it comes after a few tries at the same mistake, or with
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,6 +124,9 @@ def _launch_failure(name: str, plan: devices.Plan, error: launch.LaunchError) ->
             happened=quote(error),
             fix="the mp.spawn call: args=(world_size, port) holds only what follows rank",
         )
+    other = re.search(r"nprocs=(\d+)\) inside launch\.bounded\(world_size=(\d+)\)", text)
+    if other:
+        return _other_count(name, int(other[1]), int(other[2]))
     if "no process was started" in text:
         return failed(
             name,
@@ -138,6 +142,35 @@ def _launch_failure(name: str, plan: devices.Plan, error: launch.LaunchError) ->
         happened=quote(error),
         fix="start(): how are the processes started, and with which arguments?",
     )
+
+
+def _other_count(name: str, nprocs: int, world_size: int) -> Result:
+    """The failure for a start of ``nprocs`` processes for ``world_size`` ranks, in start()'s terms.
+
+    The check refuses such a start before any process runs (the ranks
+    started would wait in their group for ranks that never come), so the
+    message says what start() asked for and that nothing was started.
+    """
+    if nprocs < world_size:
+        what = (
+            f"only {_ranks(0, nprocs - 1)} would have run main, and "
+            f"{_ranks(nprocs, world_size - 1)} never"
+        )
+    else:
+        what = f"{nprocs} processes would have run main for {world_size} ranks"
+    return failed(
+        name,
+        stage=SPAWNING,
+        expected=f"one process for each of the {world_size} ranks",
+        happened=f"start() asked for {nprocs} process(es) (nprocs={nprocs}), and world_size is "
+        f"{world_size}: {what}, so the check started none",
+        fix="start(), where it starts the processes: how many processes does it ask for, for "
+        "world_size ranks?",
+    )
+
+
+def _ranks(first: int, last: int) -> str:
+    return f"rank {first}" if first == last else f"ranks {first} to {last}"
 
 
 def _one_process_per_rank(name: str, plan: devices.Plan, ranks: list[int]) -> Result | None:

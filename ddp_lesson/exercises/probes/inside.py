@@ -10,7 +10,10 @@ line called it, on which tensor, during backward or not, asynchronously
 or not, and whether anyone waited for its handle before
 ``optimizer.step()``; and, step by step, how many handles of earlier
 steps ``finish`` waited for again, and how many entries what
-``attach_hooks`` returned still held afterwards. The check
+``attach_hooks`` returned held before and after ``finish``. While
+``broadcast_parameters`` runs, ``torch.distributed.broadcast`` is counted
+too, and whether each call was given one of the model's own tensors or a
+copy. The check
 (:mod:`ddp_lesson.exercises.checks.inside`) turns what was seen into a
 verdict.
 """
@@ -45,12 +48,16 @@ class HooksReport(TypedDict):
     rank: int
     world_size: int
     start_gap: float  # parameters, largest difference between ranks after the broadcast
+    own_gap: float  # parameters after the broadcast against this rank's own start
+    broadcasts: int  # calls of broadcast from the learner's file in broadcast_parameters
+    into_model: int  # of those, calls given one of the model's own parameters or buffers
     buffer_gap: float  # the same for the buffer
     start_vs_rank0: float  # parameters after the broadcast against rank 0's own start
     calls: list[list[AllReduceCall]]  # per step
     grad_gap: list[float]  # per step: this rank's gradients after finish() against DDP's
     summed_gap: list[float]  # per step: against world_size times DDP's (the sum, undivided)
     stale: list[int]  # per step: waits (or futures taken) on handles of earlier steps
+    given: list[int | None]  # per step: len() of what attach_hooks returned, before finish
     held: list[int | None]  # per step: len() of what attach_hooks returned, after finish
     param_gap: float  # parameters after the last step against DDP's
     names: list[str]
@@ -81,7 +88,7 @@ class _Watched:
 
 
 class _Watch:
-    """Replaces ``torch.distributed.all_reduce`` in this rank with a version that takes notes."""
+    """Replaces ``all_reduce`` and ``broadcast`` in this rank with versions that take notes."""
 
     def __init__(self, path: str, model: torch.nn.Module) -> None:
         import torch.distributed as dist
@@ -93,10 +100,28 @@ class _Watch:
         self.in_backward = False
         self.step = -1  # the training step now running (-1: before the first)
         self.stale: dict[int, int] = {}  # step -> uses of earlier steps' handles in it
+        self.broadcasts = 0  # calls of broadcast from the learner's file
+        self.into_model = 0  # of those, given a tensor whose memory is one of the model's
         self._modules = (dist, c10d)
-        self._real = c10d.all_reduce
+        self._real, self._real_broadcast = c10d.all_reduce, c10d.broadcast
         for module in self._modules:
             module.all_reduce = self._all_reduce
+            module.broadcast = self._broadcast
+
+    def _broadcast(self, tensor, *args, **kwargs):
+        caller = sys._getframe(1)
+        if str(Path(caller.f_code.co_filename).resolve()) == self.path:  # not torch's own
+            # a tensor sharing memory with a parameter or buffer (detach(), .data, a
+            # state_dict entry) writes into the model; a clone or a new tensor does not
+            self.broadcasts += 1
+            model = {t.untyped_storage().data_ptr() for t in self._model_tensors()}
+            self.into_model += int(
+                isinstance(tensor, torch.Tensor) and tensor.untyped_storage().data_ptr() in model
+            )
+        return self._real_broadcast(tensor, *args, **kwargs)
+
+    def _model_tensors(self) -> list[torch.Tensor]:
+        return [*self.model.parameters(), *self.model.buffers()]
 
     def _target(self, tensor: torch.Tensor) -> tuple[str, str | None]:
         address = tensor.data_ptr()
@@ -132,6 +157,7 @@ class _Watch:
             work.wait()
         for module in self._modules:
             module.all_reduce = self._real
+            module.broadcast = self._real_broadcast
 
 
 def _length(pending: object) -> int | None:
@@ -167,13 +193,15 @@ def hooked_training(rank: int, world_size: int, port: int, path: str, steps: int
     try:
         rank0_start, model, reference = _models(rank, device)
         watch = _Watch(path, model)
-        worker = load(path)  # after the watch: its imports see the watched all_reduce
+        worker = load(path)  # after the watch: its imports see the watched collectives
+        own_start = flat_parameters(model)
         worker.broadcast_parameters(model)
+        broadcasts, into_model = watch.broadcasts, watch.into_model  # its calls, no others
         start = flat_parameters(model)
         start_gap = group.across_ranks(start)
         buffer_gap = group.across_ranks(model.seen.detach().clone())
         pending = worker.attach_hooks(model)
-        calls, grad_gap, summed_gap, held = _train(
+        calls, grad_gap, summed_gap, given, held = _train(
             worker, model, reference, pending, watch, steps, rank, world_size, device
         )
         param_gap = float((flat_parameters(model) - flat_parameters(reference)).abs().max())
@@ -182,12 +210,16 @@ def hooked_training(rank: int, world_size: int, port: int, path: str, steps: int
                 rank=rank,
                 world_size=world_size,
                 start_gap=start_gap,
+                own_gap=float((start - own_start).abs().max()),
+                broadcasts=broadcasts,
+                into_model=into_model,
                 buffer_gap=buffer_gap,
                 start_vs_rank0=float((start - rank0_start).abs().max()),
                 calls=calls,
                 grad_gap=grad_gap,
                 summed_gap=summed_gap,
                 stale=[watch.stale.get(step, 0) for step in range(steps)],
+                given=given,
                 held=held,
                 param_gap=param_gap,
                 names=[name for name, _ in model.named_parameters()],
@@ -235,7 +267,7 @@ def _train(
     rank: int,
     world_size: int,
     device: torch.device,
-) -> tuple[list[list[AllReduceCall]], list[float], list[float], list[int | None]]:
+) -> tuple[list[list[AllReduceCall]], list[float], list[float], list[int | None], list[int | None]]:
     """Train the learner's model and the DDP reference side by side on this rank's batches.
 
     Args:
@@ -245,7 +277,7 @@ def _train(
 
     Returns:
         per step, as :class:`HooksReport` names them: ``calls``,
-        ``grad_gap``, ``summed_gap`` and ``held``.
+        ``grad_gap``, ``summed_gap``, ``given`` and ``held``.
     """
     import torch.nn.functional as F
 
@@ -255,7 +287,7 @@ def _train(
         torch.optim.SGD(model.parameters(), lr=0.1),
         torch.optim.SGD(reference.parameters(), lr=0.1),
     ]
-    calls, grad_gap, summed_gap, held = [], [], [], []
+    calls, grad_gap, summed_gap, given, held = [], [], [], [], []
     for step in range(steps):
         watch.step = step
         features, labels = _batch(step, rank, world_size, device)
@@ -265,6 +297,7 @@ def _train(
         watch.in_backward = True
         F.cross_entropy(model(features), labels).backward()
         watch.in_backward = False
+        given.append(_length(pending))
         worker.finish(model, pending)
         calls.append([dict(c) for c in watch.calls[first:]])  # as they were at the step
         held.append(_length(pending))
@@ -275,4 +308,4 @@ def _train(
         summed_gap.append(float((mine - world_size * ddp).abs().max()))
         for optimizer in optimizers:
             optimizer.step()
-    return calls, grad_gap, summed_gap, held
+    return calls, grad_gap, summed_gap, given, held
