@@ -361,25 +361,26 @@ def _handed_over_wrong(
             "the hooks keep their handles somewhere else?",
             answer="return the very list (or dict) the hooks add their handles to, not a copy",
         )
-    if given is None:
-        return failed(
-            name,
-            stage=MODEL,
-            expected="finish() to wait for every all-reduce before optimizer.step()",
-            happened=f"in step {step}, {len(unwaited)} of {count} all-reduce handles were never "
-            "waited for: the step read gradients the exchange had not finished with",
-            fix=f"{attach_at} and {finish_at}: every handle a hook starts must reach finish() "
-            "through what attach_hooks returns, and finish() must wait for each",
+    if given is None:  # what attach_hooks returned could not be counted: both may be at fault
+        fix = (
+            f"{attach_at} and {finish_at}: every handle a hook starts must reach finish() "
+            "through what attach_hooks returns, and finish() must wait for each"
         )
+        answer = ""
+    else:
+        fix = (
+            f"{finish_at}: every handle attach_hooks collected must have finished before "
+            "the gradients are read"
+        )
+        answer = "handle.wait() on every handle attach_hooks collected, then divide"
     return failed(
         name,
         stage=MODEL,
         expected="finish() to wait for every all-reduce before optimizer.step()",
         happened=f"in step {step}, {len(unwaited)} of {count} all-reduce handles were never "
         "waited for: the step read gradients the exchange had not finished with",
-        fix=f"{finish_at}: every handle attach_hooks collected must have finished before "
-        "the gradients are read",
-        answer="handle.wait() on every handle attach_hooks collected, then divide",
+        fix=fix,
+        answer=answer,
     )
 
 
