@@ -102,6 +102,11 @@ def test_lists_worked_out_beside_a_plain_loader_fail():
     assert "rank 0's lists" in result.happened, str(result)
 
 
+def test_a_loader_with_another_batch_size_than_the_exercise_asks_fails():
+    result = checks.check_sampler(ANSWERS / "sampler_pairs.py")
+    assert_fails(result, SPLITTING, "its batch size is 2")
+
+
 @SEVERAL
 def test_epoch_orders_that_skip_the_loader_are_blamed_not_the_loader():
     result = checks.check_sampler(ANSWERS / "sampler_orders_from_dataset.py")
@@ -163,6 +168,13 @@ def test_an_optimizer_built_for_another_model_fails():
 def test_a_loss_divided_by_the_world_size_on_top_of_ddp_fails():
     result = checks.check_ddp_script(ANSWERS / "script_loss_over_world_size.py")
     assert_fails(result, SYNCING, f"were {1 / PLAN.world_size:.3g} times that average")
+
+
+def test_a_loop_that_trains_one_epoch_short_fails_at_its_loop():
+    result = checks.check_ddp_script(ANSWERS / "script_epochs_from_one.py")
+    assert_fails(result, SPLITTING, "to train 3 epochs")
+    assert "went through its DistributedSampler 2 time(s)" in result.happened, str(result)
+    assert "for epoch in range(1, epochs)" in result.fix, str(result)
 
 
 def test_a_gpu_selected_after_the_group_fails_though_this_machine_has_none():

@@ -685,6 +685,96 @@ def test_check_slurm_names_the_script_in_its_argument_errors(tmp_path):
     assert "usage: train.py" in result.happened, str(result)
 
 
+def slurm_job(tmp_path, *changes):
+    """slurm_right_spaced.slurm with each ``(old, new)`` change made once, written to a file."""
+    text = (ANSWERS / "slurm_right_spaced.slurm").read_text()
+    for old, new in changes:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path = tmp_path / "job.slurm"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        [("#SBATCH --gpus-per-node a100:2\n", "")],
+        [("#SBATCH --gpus-per-node a100:2\n", ""), ("--nproc-per-node 2", "--nproc-per-node gpu")],
+        [("--gpus-per-node a100:2", "--gpus-per-node 0")],
+    ],
+)
+def test_check_slurm_fails_a_job_that_asks_for_no_gpu(tmp_path, changes):
+    result = checks.check_slurm(slurm_job(tmp_path, *changes), "workers/train.py", train_arguments)
+    assert result.status == checks.FAILED and result.stage == STARTING, str(result)
+    assert "asks SLURM for no GPU" in result.happened, str(result)
+
+
+@pytest.mark.parametrize(
+    ("request_", "said"),
+    [
+        ("--gres gpu:2", "2 GPUs per node from --gres=gpu:2"),
+        ("--gres=gpu:a100:2", "2 GPUs per node from --gres=gpu:a100:2"),
+        ("--gpus 6", "2 GPUs per node from --gpus=6 over --nodes=3"),
+        ("-G 6", "2 GPUs per node from --gpus=6 over --nodes=3"),
+        ("--gpus-per-task=a100:2", "2 GPUs per node from --gpus-per-task=a100:2"),
+    ],
+)
+def test_check_slurm_reads_every_way_to_ask_for_gpus(tmp_path, request_, said):
+    path = slurm_job(tmp_path, ("--gpus-per-node a100:2", request_))
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert result and f"one per GPU ({said}," in result.note, str(result)
+
+
+@pytest.mark.parametrize(
+    ("request_", "words"),
+    [
+        ("--gres=gpu:4", "(#SBATCH --gres=gpu:4 is 4 GPUs per node;"),
+        ("--gpus 8", "#SBATCH --gpus=8 does not say how many GPUs each node gets"),
+    ],
+)
+def test_check_slurm_says_which_gpu_request_it_read(tmp_path, request_, words):
+    path = slurm_job(tmp_path, ("--gpus-per-node a100:2", request_))
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert result.status == checks.FAILED and words in result.happened, str(result)
+
+
+@pytest.mark.parametrize("nodes", ["-N 3", "-N3", "-N\t3  # three nodes"])
+def test_check_slurm_reads_short_sbatch_options(tmp_path, nodes):
+    changes = [("--nodes 3", nodes), ("--job-name ddp-check", "-J ddp-check"), ("--time", "-t")]
+    changes.append(("--nnodes ${SLURM_NNODES}", "--nnodes 3"))
+    result = checks.check_slurm(slurm_job(tmp_path, *changes), "workers/train.py", train_arguments)
+    assert result and "nodes: 3," in result.note, str(result)
+    wrong = slurm_job(tmp_path, ("--nodes 3", nodes), ("--nnodes ${SLURM_NNODES}", "--nnodes 2"))
+    result = checks.check_slurm(wrong, "workers/train.py", train_arguments)
+    assert "--nnodes=2 is not the allocation's --nodes" in result.happened, str(result)
+
+
+@pytest.mark.parametrize(
+    ("before", "words"),
+    [
+        ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 srun ", None),
+        ("OMP_NUM_THREADS=4 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 srun ", None),
+        ("env TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 srun ", None),
+        ("OMP_NUM_THREADS=4 srun ", "without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"),
+        ("OMP_NUM_THREADS=4 ", "torchrun is not started by srun"),
+    ],
+)
+def test_check_slurm_reads_variables_set_in_front_of_srun(tmp_path, before, words):
+    path = slurm_job(tmp_path, ("srun ", before), ("--rdzv-id", "--max-restarts 2 --rdzv-id"))
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert bool(result) == (words is None), str(result)
+    assert words is None or words in result.happened, str(result)
+    assert "not started by srun" not in str(result) or "srun" not in before, str(result)
+
+
+def test_check_slurm_passes_a_batch_script_written_with_short_options():
+    path = ANSWERS / "slurm_right_short_options.slurm"
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert result, str(result)
+    assert "nodes: 2," in result.note and "4 GPUs per node from --gres=gpu:v100:4" in result.note
+
+
 # -- predictions of measurements (10) ---------------------------------------------------
 def test_check_exchange_prediction():
     grads = sum(p.numel() for p in models.NeuralNetwork().parameters())

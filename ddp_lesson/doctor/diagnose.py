@@ -177,7 +177,6 @@ def _run_and_judge(
 ) -> Diagnosis:
     """Run the file in the planned number of processes, then judge each stage from the run."""
     from .. import devices  # torch is imported only once the file is worth running
-    from .judge import import_problem, nothing_checked, verdict
 
     try:
         world_size = devices.plan(world_size).world_size
@@ -185,27 +184,71 @@ def _run_and_judge(
         return Diagnosis(path, problem=str(error).replace("world_size", "--world-size", 1))
     if reading.mode == WORKER:
         args = tuple(_literal(a) for a in args)
+    if not (reading.gpu_branch and not devices.gpus_for(world_size)):
+        return _judged_run(reading, path, world_size, timeout_s, args)[0]
+    return _both_branches(reading, path, world_size, timeout_s, args)
+
+
+def _both_branches(
+    reading: Reading, path: str, world_size: int, timeout_s: float, args: Sequence
+) -> Diagnosis:
+    """Judge a script that asks ``torch.cuda.is_available()`` on a machine short of GPUs.
+
+    It runs first as this machine runs it (no stand-ins): a fault there is
+    what the learner meets here, and is the diagnosis. Otherwise its GPU
+    branch runs on CPU stand-ins, where the device each rank asks for is
+    checked; a GPU branch that needs a real GPU leaves the first diagnosis.
+    """
+    started = time.monotonic()
+    counted = reading.asks_device_count
+    reading.gpu_branch = reading.asks_device_count = False
+    here, ran_here = _judged_run(reading, path, world_size, timeout_s, args)
+    reading.gpu_branch, reading.asks_device_count = True, counted
+    if ran_here.ranks and not _clean(here):
+        return here
+    left = timeout_s - (time.monotonic() - started)
+    if left < TIMEOUT_RANGE_S[0]:
+        return here
+    on_gpus, outcome = _judged_run(reading, path, world_size, left, args)
+    needs = _needs_a_real_gpu(outcome)
+    if (needs is not None or on_gpus.problem) and ran_here.ranks:
+        said, line = needs or (on_gpus.problem, None)
+        at = f" at line {line}" if line else ""
+        here.notes.append(
+            f"no GPU here, and the script's GPU branch could not run on CPU stand-ins ({said}"
+            f"{at}): the doctor checked the branch this machine takes; its GPU lines were "
+            "not run"
+        )
+        return here
+    if ran_here.ranks:
+        on_gpus.notes.append(
+            "the branch this machine takes without GPUs ran first and showed no fault; the "
+            "stages above are the GPU branch's"
+        )
+    return on_gpus
+
+
+def _clean(diagnosis: Diagnosis) -> bool:
+    """No problem, no fault and no failure: a run worth a second look on stand-in GPUs."""
+    return not (diagnosis.problem or diagnosis.faults or diagnosis.failure is not None)
+
+
+def _judged_run(
+    reading: Reading, path: str, world_size: int, timeout_s: float, args: Sequence
+) -> tuple[Diagnosis, Outcome]:
+    """Run the file once as read, and judge the run: the diagnosis and what the run left."""
+    from .judge import import_problem, nothing_checked, verdict
+
     outcome = _run_as_written(reading, world_size, timeout_s, args)
-    needs = _needs_a_real_gpu(outcome) if reading.gpu_branch and outcome.stand_in else None
-    if needs is not None and not reading.asks_device_count:
-        reading.gpu_branch, reading.cpu_branch_because = False, needs
-        outcome = _run_as_written(reading, world_size, timeout_s, args)
     problem = import_problem(reading, outcome)
     if problem:
-        return Diagnosis(path, problem=problem, ranks=outcome.ranks, output=outcome.output)
+        return Diagnosis(path, problem=problem, ranks=outcome.ranks, output=outcome.output), outcome
     diagnosis = verdict(reading, outcome, world_size)
     diagnosis.output = outcome.output
-    if reading.cpu_branch_because is not None:
-        said, line = reading.cpu_branch_because
-        at = f" at line {line}" if line else ""
-        diagnosis.notes.append(
-            f"no GPU here, and the script's GPU branch could not run on CPU stand-ins ({said}"
-            f"{at}), so the doctor checked its CPU branch; its GPU lines were not run"
-        )
     problem = nothing_checked(diagnosis, outcome, reading)
     if problem:
         diagnosis.problem = problem
-    return diagnosis
+    return diagnosis, outcome
 
 
 #: What torch says when code asks for a GPU that a CPU stand-in cannot be.

@@ -120,17 +120,27 @@ def _own_data_sets(ranks, loader: int) -> bool:
     return len(built) > 1 and any(_difference(built[0], other) for other in built[1:])
 
 
-def _own_shards(first: list[dict], trained: bool) -> str | tuple[str, int | None] | None:
+def _own_shards(
+    first: list[dict], trained: bool, joined: bool = False
+) -> str | tuple[str, int | None] | None:
     """Data split by hand before the loader: what was fine, or the fault of uneven batches.
 
     DDP needs every rank to take the same number of steps: a rank with more
-    batches waits in its extra backward pass for ranks that have finished.
+    batches waits in its extra backward pass for ranks that have finished,
+    unless the ranks train inside ``join()`` (``joined``), which lets them.
     """
     if not trained:
         return None
     sizes = [e["size"] for e in first]
     batches = [e["batches"] for e in first]
     held = ", ".join(f"rank {rank}: {n}" for rank, n in enumerate(sizes))
+    if len(set(batches)) > 1 and joined:
+        per = ", ".join(f"rank {rank}: {n}" for rank, n in enumerate(batches))
+        return (
+            f"each rank iterated a data set of its own (split by hand before the loader; "
+            f"items {held}), with different numbers of batches per epoch ({per}), inside "
+            "join(), which lets the ranks that finish first wait for the others"
+        )
     if len(set(batches)) > 1:
         per = ", ".join(f"rank {rank}: {n}" for rank, n in enumerate(batches))
         return (
@@ -145,6 +155,20 @@ def _own_shards(first: list[dict], trained: bool) -> str | tuple[str, int | None
     return (
         f"each rank iterated a data set of its own (split by hand before the loader; items "
         f"{held}), {batches[0]} batches per epoch on every rank"
+    )
+
+
+def _padded(first: list[dict], shared: set[int], size, ranks: int) -> bool:
+    """True when the items seen twice are padding, as DistributedSampler pads, whatever the
+    sampler: equal shares that cover every item, fewer repeats than ranks."""
+    counts = [len(e["indices"]) for e in first]
+    covered = set().union(*(e["indices"] for e in first))
+    return (
+        0 < len(shared) < ranks
+        and len(set(counts)) == 1
+        and isinstance(size, int)
+        and len(covered) == size
+        and sum(counts) - size < ranks
     )
 
 
@@ -190,8 +214,9 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
         first = [e[0] for e in per_rank]
         size, line, sampler = first[0]["size"], first[0]["line"], first[0]["sampler"]
         trained = any(e["trained"] for entries in per_rank for e in entries)
+        joined = any(e.get("join") for r in ranks for e in r.ddp)  # uneven steps are allowed
         if sampler != "DistributedSampler" and _own_data_sets(ranks, first[0]["loader"]):
-            own = _own_shards(first, trained)  # positions in different data sets: no overlap
+            own = _own_shards(first, trained, joined)  # different data sets: no overlap
             disproved.append("data_division")
             if isinstance(own, str):
                 notes.append(own)
@@ -200,7 +225,7 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             continue
         shared = _overlap([e["indices"] for e in first])
         counts = [len(e["indices"]) for e in first]
-        padded = sampler == "DistributedSampler" and 0 < len(shared) < len(per_rank)
+        padded = _padded(first, shared, size, len(per_rank))
         if trained and shared and not padded:
             note_shown(shown, "data_division", _overlap_text(first, shared), line)
             continue
@@ -222,7 +247,6 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             note_shown(shown, "data_division", *_repeated_order(mine, repeats, ranks, line))
             continue
         if trained:
-            joined = any(e.get("join") for r in ranks for e in r.ddp)
             uneven = None if joined else _uneven_steps(per_rank)
             if uneven is not None:
                 note_shown(shown, "data_division", uneven, line)

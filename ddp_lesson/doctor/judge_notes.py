@@ -69,7 +69,26 @@ def add_notes(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> list[
     emulated = _emulated(ranks, outcome)
     if emulated:
         notes.append(emulated)
+    notes += _buffers_apart(ranks)
     return notes + _files_notes(reading, outcome) + _warnings(reading, outcome)
+
+
+def _buffers_apart(ranks: list[ProcessRecord]) -> list[str]:
+    """A note when DDP was told not to broadcast buffers and the ranks' buffers differ."""
+    kept = [e for r in ranks for e in r.ddp if e.get("broadcast_buffers") is False]
+    sums = [r.steps[-1].get("buffers") for r in ranks if r.steps]
+    if not kept or len(sums) < 2 or None in sums or len(set(sums)) == 1:
+        return []
+    gap = max(sums) - min(sums)
+    if gap <= 1e-9 * max(1.0, *map(abs, sums)):
+        return []
+    return [
+        f"DDP(..., broadcast_buffers=False) at line {kept[0]['line']}: the ranks' buffers "
+        f"(running statistics such as batch norm's) differ after {len(ranks[0].steps)} "
+        "step(s), so each rank's copy of the model normalises with statistics of its own "
+        "and evaluates differently; keep the default broadcast_buffers=True to give every "
+        "rank rank 0's (or use SyncBatchNorm to pool them)"
+    ]
 
 
 def _emulated(ranks: list[ProcessRecord], outcome: Outcome) -> str:

@@ -77,10 +77,15 @@ def judge_teardown(reading, outcome) -> Judged:
     alive = [r.rank for r in returned if r.alive_at_return]
     ended = "the script ended" if reading.mode == TORCHRUN else f"{_function(outcome)} returned"
     if alive:
-        note_shown(
-            shown, "teardown",
-            f"the process group was still initialised when {ended} on {ranks_text(alive)}",
-        )  # fmt: skip
+        text = f"the process group was still initialised when {ended} on {ranks_text(alive)}"
+        line = reading.release_on_error
+        if line is not None:
+            text += (
+                f": the group is released only from line {line}, which runs only after an "
+                "error (an except block); a run that ends well never gets there. Release "
+                "it in a finally: block, which runs either way"
+            )
+        note_shown(shown, "teardown", text, line, exact=line is not None)
     elif returned and len(returned) == len([r for r in ranks if r.init]):
         # (only when every rank that joined got there: else one never reached teardown)
         fine["teardown"] = (

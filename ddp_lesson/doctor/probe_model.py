@@ -138,6 +138,7 @@ def ddp_init(original):
             "find_unused": bool(bound.arguments.get("find_unused_parameters", False)),
             "static_graph": bool(bound.arguments.get("static_graph", False)),
             "unused": None,
+            "broadcast_buffers": bool(bound.arguments.get("broadcast_buffers", True)),
             "module": id(module),  # the same model wrapped again has the same id
             "after_steps": len(record.steps),  # optimiser steps this rank had made before
         }
@@ -205,8 +206,9 @@ def ddp_join_hook(original):
 
     def join_hook(self, *args, **kwargs):
         for entry, module in process_state.get("ddp", []):
-            if module is self:
+            if module is getattr(self, "module", None):  # (the list holds the wrapped modules)
                 entry["join"] = True
+                save_record()
         return original(self, *args, **kwargs)
 
     return join_hook
@@ -227,6 +229,18 @@ def count_forward(module, inputs) -> None:
         forwards["raw_line"] = forwards["raw_line"] or learner_line(3)
 
 
+def buffers_sum() -> float | None:
+    """The sum of the floating buffers (running statistics...) of this rank's DDP models."""
+    buffers = [
+        b for _, module in process_state.get("ddp", []) for b in module.buffers()
+        if b.is_floating_point()
+    ]  # fmt: skip
+    if not buffers:
+        return None
+    with torch.no_grad():
+        return float(sum(b.detach().double().sum() for b in buffers))
+
+
 def after_step(optimizer, args, kwargs) -> None:
     record = process_state["record"]
     if record is None or len(record.steps) >= STEPS_KEPT:
@@ -241,8 +255,10 @@ def after_step(optimizer, args, kwargs) -> None:
     in_ddp = process_state.get("in_ddp")
     wrapped = sum(1 for p in trained if id(p) in (in_ddp or ()))
     held = len(trained)
-    record.steps.append({"params": total, "grads": grad_sum, "held": held, "wrapped": wrapped,
-                         "collectives": len(record.collectives)})  # fmt: skip
+    record.steps.append(
+        {"params": total, "grads": grad_sum, "held": held, "wrapped": wrapped,
+         "collectives": len(record.collectives), "buffers": buffers_sum()}
+    )  # fmt: skip
     note_event("step")
     if in_ddp:  # what the optimiser trains outside every DDP module, by position
         # (by the parameters' own ids: a detached view is a new object)

@@ -33,6 +33,7 @@ def read_group_part(reading: Reading, tree: ast.Module) -> None:
     destroys = calls_in(tree, "destroy_process_group")
     if destroys:
         reading.lines["teardown"] = destroys[0].lineno
+        reading.release_on_error = _only_on_error(tree, destroys)
     elif inits:
         reading.lines["teardown"] = inits[0].lineno
         reading.findings.append(
@@ -61,3 +62,35 @@ def read_group_part(reading: Reading, tree: ast.Module) -> None:
                     call.lineno,
                 )
             )
+
+
+def _handlers(tree: ast.Module) -> list[ast.ExceptHandler]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler)]
+
+
+def _inside(node: ast.AST, blocks: list[ast.AST]) -> bool:
+    """True when ``node`` lies within the lines of one of ``blocks``."""
+    return any(b.lineno <= node.lineno <= (b.end_lineno or b.lineno) for b in blocks)
+
+
+def _only_on_error(tree: ast.Module, destroys: list[ast.Call]) -> int | None:
+    """The line of the one place the group is released from, when it runs only after an
+    error: every destroy_process_group() call sits in an ``except`` block, or in a
+    function that is called from ``except`` blocks alone. ``None`` otherwise."""
+    handlers = _handlers(tree)
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    found = None
+    for call in destroys:
+        if _inside(call, handlers):
+            found = found or call.lineno
+            continue
+        owner = min(
+            (f for f in functions if _inside(call, [f])),
+            key=lambda f: (f.end_lineno or f.lineno) - f.lineno,
+            default=None,
+        )
+        callers = [c for c in calls_in(tree, owner.name)] if owner is not None else []
+        if not callers or not all(_inside(c, handlers) for c in callers):
+            return None
+        found = found or callers[0].lineno
+    return found

@@ -81,7 +81,7 @@ def read_model_part(reading: Reading, tree: ast.Module, functions) -> None:
         reading.findings.append(
             Finding(
                 "model_wrapping",
-                f"the model is not wrapped in DistributedDataParallel and the code averages "
+                f"the model is not wrapped in DistributedDataParallel and the code syncs "
                 f"gradients itself (all_reduce at line {by_hand[0].lineno}); by hand, every "
                 "rank must also start from the same weights (broadcast rank 0's parameters "
                 "first) and average every gradient; DDP(model) does both"

@@ -115,10 +115,12 @@ class Reading:
             or whether there is an accelerator (``torch.accelerator.is_available()``,
             ``current_accelerator()``).
         gpu_branch: the code asks ``torch.cuda.is_available()``: on a machine
-            without a GPU per rank, its GPU branch runs on stand-ins (its CPU
-            branch, if the stand-ins cannot run it: see ``cpu_branch_because``).
-        cpu_branch_because: why the GPU branch could not run on stand-ins (the
-            error, and its line), when the doctor ran the CPU branch instead.
+            without a GPU per rank, once the branch the machine takes shows no
+            fault, the doctor runs the GPU branch on stand-ins (the run reads
+            this flag: while it is set, ``is_available()`` answers True).
+        release_on_error: the line of the only place the group is released
+            from, when that place runs only after an error (an ``except``
+            block, or a function only ``except`` blocks call).
         unstartable: set when the file cannot be run as written (a finding
             says why); the doctor then judges the code without running it.
         agent_line: run as Python, the script started torchrun's agent on
@@ -142,7 +144,7 @@ class Reading:
     reads_torchrun: bool = False
     agent_line: int | None = None
     gpu_branch: bool = False
-    cpu_branch_because: tuple[str, int | None] | None = None
+    release_on_error: int | None = None
 
     def source(self, line: int | None) -> str:
         """The text of ``line`` (stripped), or ``""``."""

@@ -107,9 +107,11 @@ class ProcessRecord:
             CPU stand-ins.
         forwards: forward passes through DDP (``wrapped``), around it
             (``raw``), and the line of the first raw one (``raw_line``).
-        steps: ``{"params", "grads", "held", "wrapped"}`` after each of the first
-            optimiser steps: the sums of its parameters and gradients, how many
-            parameter tensors it holds, and how many of those a DDP model wraps.
+        steps: ``{"params", "grads", "held", "wrapped", "collectives", "buffers"}``
+            after each of the first optimiser steps: the sums of its parameters
+            and gradients, how many parameter tensors it holds, how many of those
+            a DDP model wraps, the collectives made so far, and the sum of the
+            DDP models' floating buffers.
         params: the parameters after the last recorded step (a tensor: all of
             them, or evenly spaced values of a large model's).
         outside: ``{"index", "shape", "sum"}`` after the last recorded step,

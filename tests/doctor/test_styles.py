@@ -104,6 +104,19 @@ SAYS = {
     "score_on_rank0": {"model_wrapping": "rank 1 never made a call at that line"},
     "flat_sum": {"model_wrapping": "all-reduce their gradients with SUM (line 16)"},
     "flat_mean": {"model_wrapping": "not wrapped in DDP, yet the ranks kept it in step"},
+    # a GPU branch (torch.cuda.is_available()): run after the branch this machine takes
+    "gpu_branch_first_gpu": {
+        "model_wrapping": "every rank asked for cuda:0 for its model",
+        "notes": "the branch this machine takes without GPUs ran first and showed no fault",
+    },
+    "gpu_branch_device_name": {
+        "notes": "GPU branch could not run on CPU stand-ins (AssertionError: Torch not "
+        "compiled with CUDA enabled at line 21)",
+    },
+    "join_uneven": {"data_division": "inside join(), which lets the ranks that finish first"},
+    "pad_sampler": {"data_division": "(1 repeated as padding)"},
+    "release_on_error": {"teardown": "released only from line 40, which runs only after"},
+    "own_statistics": {"notes": "broadcast_buffers=False) at line 24: the ranks' buffers"},
     "torchrun_env_alias": {
         "launch": "torchrun --standalone --nproc-per-node=2 torchrun_env_alias.py",
         "spawning": "torchrun started 2 process(es)",

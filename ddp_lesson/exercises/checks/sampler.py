@@ -20,6 +20,10 @@ DATA = stage("data_division").title
 
 
 # -- stage 3: splitting the data ---------------------------------------------------
+#: The batch size the exercise asks make_loader for.
+BATCH_SIZE = 4
+
+
 @graded
 def check_sampler(
     path: str | Path, size: int = 10, epochs: int = 2, *, reveal: bool = False
@@ -32,8 +36,8 @@ def check_sampler(
     lists must be what ``DistributedSampler`` makes of some shuffled order
     (whatever its seed): equal lengths, every item in one rank's list, only
     the padding repeated, each rank every ``world_size``-th position; and
-    each epoch in a new order. ``reveal=True`` shows the line that fixes a
-    failure now, even on a first try.
+    each epoch in a new order; and the loader's batches of :data:`BATCH_SIZE`.
+    ``reveal=True`` shows the line that fixes a failure now, even on a first try.
     """
     name = "check_sampler"
     plan = devices.plan()
@@ -51,6 +55,16 @@ def check_sampler(
         wrong = _split_wrong(orders, items, (k + 1) * probes.OFFSET, plan.world_size, seen)
         if wrong is not None:
             return wrong
+    batch = got[0]["batch_sizes"][0]
+    if batch is not None and batch != BATCH_SIZE:
+        return failed(
+            name,
+            stage=DATA,
+            expected=f"make_loader's loader to hand out batches of {BATCH_SIZE}, as the "
+            "exercise asks",
+            happened=f"its batch size is {batch}",
+            fix="make_loader, where the DataLoader is built: which batch size does it get?",
+        )
     return passed(
         name,
         f"{epochs} epochs, each split without overlap and reshuffled, "

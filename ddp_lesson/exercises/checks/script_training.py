@@ -18,6 +18,7 @@ from .script_source import first_call_at, line_at
 
 NAME = "check_ddp_script"
 MODEL = stage("model_wrapping").title
+DATA = stage("data_division").title
 
 #: Largest difference between the gradients an answer steps with and the reference's,
 #: as a share of the reference's largest gradient: the same sums, added in another order.
@@ -46,6 +47,17 @@ def trains(file: str, tree: ast.Module, lines: list[str], epochs: int) -> Result
         expected="main(rank, world_size, port, epochs) to train in every rank",
         fix="main: the line the error names",
     )  # fmt: skip
+    short = [r for r in got if r["passes"] < epochs]
+    if short:
+        return failed(
+            NAME,
+            stage=DATA,
+            expected=f"main(rank, world_size, port, epochs={epochs}) to train {epochs} epochs",
+            happened=f"rank {short[0]['rank']} went through its DistributedSampler "
+            f"{short[0]['passes']} time(s)",
+            fix=(_epochs_loop(tree, lines) or "main's loop over the epochs")
+            + " (how many epochs does it run, for the epochs main is given?)",
+        )
     for report in got:
         rank = report["rank"]
         for number, step in enumerate(report["steps"], 1):
@@ -56,6 +68,16 @@ def trains(file: str, tree: ast.Module, lines: list[str], epochs: int) -> Result
             if wrong is not None:
                 return wrong
     return _rank_0_alone_logs(got, lines)
+
+
+def _epochs_loop(tree: ast.Module, lines: list[str]) -> str:
+    """``line N: text`` of the first ``for ... in range(...)`` whose bounds name an epoch."""
+    for node in ast.walk(tree):
+        bounds = node.iter if isinstance(node, ast.For) else None
+        if isinstance(bounds, ast.Call) and ast.unparse(bounds.func) == "range":
+            if "epoch" in " ".join(ast.unparse(a) for a in bounds.args):
+                return line_at(lines, node.lineno)
+    return ""
 
 
 def _optimizer_holds_wrapped(

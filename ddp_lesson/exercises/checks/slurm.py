@@ -17,9 +17,47 @@ from .base import Result, failed, passed
 NAME = "check_slurm"
 SPAWNING = stage("spawning").title
 
-#: One ``#SBATCH`` option, as sbatch reads it: ``--name=value``, ``--name value``, or a
-#: flag ``--name`` alone (a ``#`` after it starts a comment).
-SBATCH_OPTION = re.compile(r"^#SBATCH[ \t]+--([\w-]+)(?:[= \t]+([^\s#]\S*))?", re.M)
+#: One ``#SBATCH`` option, as sbatch reads it: ``--name=value``, ``--name value``, a
+#: flag ``--name`` alone (a ``#`` after it starts a comment), or a short option with
+#: its value after it or after a space (``-N2``, ``-N 2``).
+SBATCH_OPTION = re.compile(
+    r"^#SBATCH[ \t]+(?:--([\w-]+)(?:[= \t]+([^\s#]\S*))?|-([A-Za-z])[ \t]*([^\s#]\S*)?)", re.M
+)
+
+#: sbatch's short options that take a value, by the long name they stand for.
+SHORT_OPTIONS = {
+    "N": "nodes",
+    "n": "ntasks",
+    "G": "gpus",
+    "t": "time",
+    "J": "job-name",
+    "p": "partition",
+    "c": "cpus-per-task",
+    "A": "account",
+    "C": "constraint",
+    "q": "qos",
+    "o": "output",
+    "e": "error",
+    "w": "nodelist",
+    "D": "chdir",
+}
+
+#: A shell word that sets a variable for the command after it: ``NAME=VALUE``.
+ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
+
+
+def _sbatch_options(text: str) -> dict[str, str]:
+    """The ``#SBATCH`` options by their long names; a later one overrides, as in sbatch.
+
+    >>> _sbatch_options("#SBATCH -N2\\n#SBATCH -J lesson\\n#SBATCH --gres gpu:4  # per node")
+    {'nodes': '2', 'job-name': 'lesson', 'gres': 'gpu:4'}
+    """
+    options = {}
+    for name, value, letter, short_value in SBATCH_OPTION.findall(text):
+        if letter:
+            name, value = SHORT_OPTIONS.get(letter, letter), short_value
+        options[name] = _plain(value)
+    return options
 
 
 def _plain(word: str) -> str:
@@ -77,7 +115,7 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
         start; or failed, listing every piece that does not agree.
     """
     text = Path(path).read_text().replace("\\\n", " ")
-    sbatch = {name: _plain(value) for name, value in SBATCH_OPTION.findall(text)}
+    sbatch = _sbatch_options(text)
     parsed = _torchrun_line(path, text)
     if isinstance(parsed, Result):
         return parsed
@@ -105,7 +143,7 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
         + "\n".join(
             [
                 f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, --ntasks-per-node=1)",
-                f"ranks per node: one per GPU ({_gpu_count(sbatch)} GPUs, --nproc-per-node="
+                f"ranks per node: one per GPU ({_gpus_said(sbatch)}, --nproc-per-node="
                 f"{given.nproc_per_node})",
                 f"rendezvous: c10d at {given.rdzv_endpoint}, job id {given.rdzv_id}",
                 f"each rank runs: {script} {' '.join(given.training_script_args)}",
@@ -126,10 +164,46 @@ def _program_named(script: str):
         sys.argv[:] = kept
 
 
-def _gpu_count(sbatch: dict[str, str]) -> str | None:
-    """GPUs per node from ``#SBATCH --gpus-per-node`` ("a100:4" is 4 GPUs of type a100)."""
-    gpus = sbatch.get("gpus-per-node")
-    return gpus.rsplit(":", 1)[-1] if gpus else None
+def _gpu_request(sbatch: dict[str, str]) -> tuple[str | None, str | None]:
+    """The GPUs per node the job asks SLURM for, and the option that asks for them.
+
+    ``--gpus-per-node`` and ``--gres=gpu[:type]:N`` count per node;
+    ``--gpus-per-task`` per task; ``--gpus`` for the whole job, shared out
+    over ``--nodes``. The count is None where the options do not tell it;
+    both are None where no GPU is asked for.
+
+    >>> _gpu_request({"gres": "gpu:a100:4,nvme"}), _gpu_request({"gpus": "8", "nodes": "2"})
+    (('4', '--gres=gpu:a100:4,nvme'), ('4', '--gpus=8 over --nodes=2'))
+    >>> _gpu_request({"gpus": "8"}), _gpu_request({"gres": "gpu"}), _gpu_request({})
+    ((None, '--gpus=8'), ('1', '--gres=gpu'), (None, None))
+    """
+    if sbatch.get("gpus-per-node"):
+        return _count(sbatch["gpus-per-node"]), f"--gpus-per-node={sbatch['gpus-per-node']}"
+    gres = [g for g in sbatch.get("gres", "").split(",") if g.split(":")[0] == "gpu"]
+    if gres:  # gpu, gpu:N or gpu:type:N; no count is one GPU
+        return (_count(gres[0]) if ":" in gres[0] else "1"), f"--gres={sbatch['gres']}"
+    if sbatch.get("gpus-per-task"):
+        count, tasks = _count(sbatch["gpus-per-task"]), sbatch.get("ntasks-per-node", "1")
+        per_node = str(int(count) * int(tasks)) if count and tasks.isdigit() else None
+        return per_node, f"--gpus-per-task={sbatch['gpus-per-task']}"
+    if sbatch.get("gpus"):
+        total, nodes = _count(sbatch["gpus"]), sbatch.get("nodes", "")
+        if total and nodes.isdigit() and int(nodes) and int(total) % int(nodes) == 0:
+            return str(int(total) // int(nodes)), f"--gpus={sbatch['gpus']} over --nodes={nodes}"
+        return None, f"--gpus={sbatch['gpus']}"
+    return None, None
+
+
+def _count(gpus: str) -> str | None:
+    """The number in a ``[type:]N`` GPU request ("a100:4" is 4 GPUs of type a100)."""
+    count = gpus.rsplit(":", 1)[-1]
+    return count if count.isdigit() else None
+
+
+def _gpus_said(sbatch: dict[str, str]) -> str:
+    """The job's GPUs in words: ``"4 GPUs per node from --gres=gpu:4"``."""
+    count, source = _gpu_request(sbatch)
+    return f"{count} GPUs per node from {source}" if count else f"GPUs from {source}"
 
 
 def _placement_problems(sbatch: dict[str, str], given) -> list[str]:
@@ -144,12 +218,7 @@ def _placement_problems(sbatch: dict[str, str], given) -> list[str]:
         problems.append(
             f"--nnodes={given.nnodes} is not the allocation's --nodes (use --nnodes=$SLURM_NNODES)"
         )
-    gpus, count = sbatch.get("gpus-per-node"), _gpu_count(sbatch)
-    if given.nproc_per_node not in ("gpu", count):
-        problems.append(
-            f"--nproc-per-node={given.nproc_per_node} is not one rank per GPU "
-            f"(#SBATCH --gpus-per-node={gpus}; or use --nproc-per-node=gpu)"
-        )
+    problems += _gpu_problems(sbatch, given.nproc_per_node)
     if given.rdzv_backend != "c10d" or ":" not in given.rdzv_endpoint:
         problems.append("use --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT of one node")
     elif _loopback(given.rdzv_endpoint) and sbatch.get("nodes", "1") != "1":
@@ -159,6 +228,28 @@ def _placement_problems(sbatch: dict[str, str], given) -> list[str]:
             "every node can reach (the job's first node)"
         )
     return problems
+
+
+def _gpu_problems(sbatch: dict[str, str], nproc_per_node: str) -> list[str]:
+    """What does not agree between the GPUs the job asks for and the ranks on each node."""
+    count, source = _gpu_request(sbatch)
+    if source is None or count == "0":
+        return [
+            "the job asks SLURM for no GPU (no #SBATCH --gpus-per-node, --gres=gpu:N, --gpus "
+            f"or --gpus-per-task), so SLURM allocates it none and --nproc-per-node="
+            f"{nproc_per_node} has no GPU to put a rank on (ask with #SBATCH --gpus-per-node=N)"
+        ]
+    if nproc_per_node == "gpu" or nproc_per_node == count:
+        return []
+    if count is None:
+        return [
+            f"--nproc-per-node={nproc_per_node}: #SBATCH {source} does not say how many GPUs "
+            "each node gets (ask with --gpus-per-node=N, or use --nproc-per-node=gpu)"
+        ]
+    return [
+        f"--nproc-per-node={nproc_per_node} is not one rank per GPU (#SBATCH {source} is "
+        f"{count} GPUs per node; or use --nproc-per-node=gpu)"
+    ]
 
 
 def _loopback(endpoint: str) -> bool:
@@ -188,9 +279,12 @@ def _torchrun_line(path: str | os.PathLike, text: str):
             happened=f"{path} has no torchrun line",
             fix="start the ranks with 'srun torchrun ...'",
         )
+    # NAME=VALUE words before a command only set its environment (bash), and env
+    # runs the command after them: the launcher is the first other word.
     words = calls[0]
+    launcher = next((w for w in words if not ASSIGNMENT.match(w) and w != "env"), "")
     problems = []
-    if words[0] != "srun":
+    if launcher != "srun":
         problems.append("torchrun is not started by srun, so it runs on the first node only")
     try:
         with contextlib.redirect_stderr(io.StringIO()) as said:

@@ -45,6 +45,7 @@ class SamplerReport(TypedDict):
     # set_epoch call, ("pass", epoch) for a pass over it (None: the loader had no such sampler)
     events: list[list[tuple[str, int | str]] | None]
     drop_last: list[dict[str, bool]]  # per data set: the loader's and the sampler's drop_last
+    batch_sizes: list[int | None]  # per data set: the loader's batch size (None: none it says)
 
 
 class WrapReport(TypedDict):
@@ -154,7 +155,7 @@ def sampler(
     worker = load(path)
     group.join(rank, world_size, port)
     try:
-        orders, samplers, events, drops = [], [], [], []
+        orders, samplers, events, drops, batches = [], [], [], [], []
         for k, size in enumerate(sizes):
             train_loader = worker.make_loader(TensorDataset(torch.arange(size) + (k + 1) * OFFSET))
             distributed = _distributed_sampler(train_loader)
@@ -168,13 +169,24 @@ def sampler(
             got = worker.epoch_orders(train_loader, epochs)
             orders.append([[int(i) for i in o] for o in got])
             samplers.append(type(getattr(train_loader, "sampler", None)).__name__)
+            batches.append(_batch_size(train_loader))
         send_typed(
             SamplerReport(
-                rank=rank, orders=orders, sampler=samplers[0], events=events, drop_last=drops
+                rank=rank, orders=orders, sampler=samplers[0], events=events, drop_last=drops,
+                batch_sizes=batches,
             )
-        )
+        )  # fmt: skip
     finally:
         group.leave()
+
+
+def _batch_size(loader: object) -> int | None:
+    """The batch size a loader was built with (its own, or its batch sampler's), if it has one."""
+    for owner in (loader, getattr(loader, "batch_sampler", None)):
+        size = getattr(owner, "batch_size", None)
+        if isinstance(size, int):
+            return size
+    return None
 
 
 def _distributed_sampler(loader: object) -> object | None:

@@ -30,6 +30,7 @@ from typing import TypedDict
 
 import torch
 
+from ...launch import torch_hooks
 from ...reports import send_typed, sends
 from ...sources import load
 
@@ -52,6 +53,7 @@ class TrainingReport(TypedDict):
     rank: int
     steps: list[StepRecord]
     said: list[tuple[int, str]]  # (line of the script, text) for each line printed or logged
+    passes: int  # the most passes over one DistributedSampler: the epochs main trained
 
 
 class ErrorReport(TypedDict):
@@ -202,13 +204,30 @@ def training(rank: int, world_size: int, port: int, path: str, epochs: int) -> N
     handler = _Logged(said)
     root = logging.getLogger()
     root.addHandler(handler)
+    passes: dict[int, int] = {}
+    _count_passes(passes)
     try:
         with _Watch(inject=False) as watch, contextlib.redirect_stdout(said):
             worker.main(rank, world_size, port, epochs)
     finally:
         root.removeHandler(handler)
-    report = TrainingReport(rank=rank, steps=watch.steps, said=said.lines)
+    most = max(passes.values(), default=0)
+    report = TrainingReport(rank=rank, steps=watch.steps, said=said.lines, passes=most)
     send_typed(report)
+
+
+def _count_passes(passes: dict[int, int]) -> None:
+    """Count, in ``passes`` by sampler, each pass over a DistributedSampler in this rank."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    def make(torch_iter):
+        def counted(self):
+            passes[id(self)] = passes.get(id(self), 0) + 1
+            return torch_iter(self)
+
+        return counted
+
+    torch_hooks.wrap(torch_hooks.point(DistributedSampler, "__iter__"), make)
 
 
 @sends(ErrorReport)
