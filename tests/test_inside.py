@@ -235,3 +235,12 @@ def test_check_hooks_spots_a_stub_and_a_missing_file(tmp_path):
     )
     assert checks.check_hooks(stub).status == checks.NOT_ATTEMPTED
     assert checks.check_hooks(tmp_path / "nowhere.py").status == checks.NOT_ATTEMPTED
+
+
+def test_check_hooks_points_at_the_all_reduce_given_a_copy():
+    answer = "msg4_hooks_sum_into_copy.py"
+    result = checks.check_hooks(ANSWERS / answer)
+    assert result.status == checks.FAILED and result.stage == SYNCING, str(result)
+    assert "neither a parameter nor its .grad" in result.happened, str(result)
+    assert f"{answer}, line 16 (`started[param] = dist.all_reduce(copy" in result.fix, result.fix
+    assert "def finish" not in result.fix, result.fix

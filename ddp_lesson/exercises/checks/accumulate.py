@@ -205,11 +205,9 @@ def _step_wrong(first: probes.AccumulateReport, k: int, world_size: int, gap: fl
             NAME,
             stage=MODEL,
             expected=expected,
-            happened=f"a step in the right direction but {world_size} times too small, as if "
-            "each loss were divided by the number of ranks as well (or by more than the "
-            "number of micro-batches)",
-            fix=f"{where}: DDP's all-reduce already averages over the ranks; what is each loss "
-            "divided by?",
+            happened=f"a step in the right direction but {world_size} times too small, with "
+            f"{k} micro-batches on each of {world_size} ranks",
+            fix=f"{where}: what is each loss divided by, and how large is that number here?",
             answer="(loss / len(micro_batches)).backward()",
         )
     if scaled:

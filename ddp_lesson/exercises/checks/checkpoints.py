@@ -90,12 +90,13 @@ def check_checkpoint(path: str | Path, *, reveal: bool = False) -> Result:
                 answer="barrier() after rank 0's save, outside the `if`, so every rank calls it",
             )
 
+        saved = _saved_epoch(crashed)  # before the resumed run writes the file again
         got = launch_checked(
             NAME, path, probes.train, STUBBED, crashed, EPOCHS, -1,
             stage=MODEL, expected="the same command to resume from the checkpoint",
             fix="load_checkpoint: the line the error names", explain=_stranded,
         )  # fmt: skip
-        return _resumed(got, reference)
+        return _resumed(got, reference, saved)
 
 
 def _stranded(error: BaseException) -> Result | None:
@@ -114,10 +115,30 @@ def _stranded(error: BaseException) -> Result | None:
     )
 
 
+def _saved_epoch(file: str) -> int | None:
+    """The epoch the checkpoint at ``file`` holds (its ``epoch`` entry), or None if unknown."""
+    try:
+        import torch
+
+        state = torch.load(file, map_location="cpu")
+    except Exception:  # an unusual format: the message then leaves the file out
+        return None
+    epoch = state.get("epoch") if isinstance(state, dict) else None
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+
+
 def _require_start(
-    got: list[probes.TrainReport], epoch: int, expected: str, fix: str, answer: str = ""
+    got: list[probes.TrainReport],
+    epoch: int,
+    expected: str,
+    fix: str,
+    answer: str = "",
+    noted: str = "",
 ) -> None:
-    """End the check unless ``load_checkpoint`` returned ``epoch`` on every rank."""
+    """End the check unless ``load_checkpoint`` returned ``epoch`` on every rank.
+
+    ``noted`` follows what load_checkpoint returned, in the failure that says so.
+    """
     starts = sorted({repr(r["start"]) for r in got})
     if len(starts) > 1:
         each = ", ".join(f"{r['start']!r} on rank {r['rank']}" for r in got)
@@ -135,7 +156,7 @@ def _require_start(
             )
         )
     if starts != [repr(epoch)]:
-        happened = f"load_checkpoint returned {', '.join(starts)}"
+        happened = f"load_checkpoint returned {', '.join(starts)}{noted}"
         raise base.EndCheck(
             failed(NAME, stage=MODEL, expected=expected, happened=happened, fix=fix, answer=answer)
         )
@@ -192,11 +213,21 @@ def _first_run(got: list[probes.TrainReport], file: str, world_size: int) -> Res
     return None
 
 
-def _resumed(got: list[probes.TrainReport], reference: list) -> Result:
+def _resumed(got: list[probes.TrainReport], reference: list, saved: int | None) -> Result:
+    """check_checkpoint's verdict on the resumed run; ``saved``: the epoch its file held."""
+    fix = "load_checkpoint's return: the epoch to start at is the one after the saved one"
+    noted = ""
+    if saved is not None:
+        noted = f", from a checkpoint written after epoch 0 whose 'epoch' entry is {saved}"
+    if saved not in (None, 0):
+        fix = (
+            "save_checkpoint, where it stores the epoch, and load_checkpoint's return: "
+            f"save_checkpoint was given epoch 0 and the file holds {saved}; which of the two "
+            "functions should turn the finished epoch into the next one?"
+        )
     _require_start(
-        got, 1, "the resumed run to start at epoch 1: the checkpoint holds epoch 0",
-        "load_checkpoint's return: the epoch to start at is the one after the saved one",
-        answer='return state["epoch"] + 1 (the saved epoch, plus one)',
+        got, 1, "the resumed run to start at epoch 1: the checkpoint is written after epoch 0",
+        fix, answer='store the epoch as given and return state["epoch"] + 1', noted=noted,
     )  # fmt: skip
     bare = [r["rank"] for r in got if any(m == "None" for m in r["map_locations"])]
     if bare or not all(r["map_locations"] for r in got):

@@ -178,6 +178,11 @@ def _why_other_names(model, yours: list[str], earlier: list) -> str:
             "the same names as in the first run, although this loss leaves another output "
             "out: does the answer look at the model and the loss it is given?"
         )
+    if not yours:
+        return (
+            "no names at all, though DDP's error names parameters for this loss: after "
+            "loss.backward(), what marks a parameter the loss did not use?"
+        )
     if yours == sorted(trainable):
         return "every trainable parameter: was loss.backward() called before looking?"
     if set(frozen) & set(yours):

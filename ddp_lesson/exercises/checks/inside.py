@@ -138,6 +138,7 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
         lambda: _exchange_wrong(name, path, report, hooks_at),
         lambda: _waits_wrong(name, report, finish_at, attach_at),
         lambda: _kept(report, grad_gaps, finish_at),  # each step its own all-reduces
+        lambda: _reduced_elsewhere(name, path, report, grad_gaps),
         lambda: _means_wrong(name, got, grad_gaps, param_gap, finish_at, hooks_at),
     )
     for judge in judges:
@@ -381,6 +382,35 @@ def _handed_over_wrong(
         "waited for: the step read gradients the exchange had not finished with",
         fix=fix,
         answer=answer,
+    )
+
+
+def _reduced_elsewhere(
+    name: str, path: Path, report: probes.HooksReport, grad_gaps: list[float]
+) -> Result | None:
+    """The failure for hooks whose all-reduces were given some tensor other than ``.grad``.
+
+    Said only when the gradients after ``finish()`` went wrong, and only for
+    all-reduces every hook started from the learner's file: a bucket that is
+    copied back into ``.grad`` leaves them right, and is no mistake.
+    """
+    wrong = [n for n, gap in enumerate(grad_gaps, 1) if gap > TOLERANCE]
+    hooked = [c for step in report["calls"] for c in step if c["in_backward"]]
+    if not wrong or not hooked or any(c["target"] != "other" for c in hooked):
+        return None
+    if any(c["line"] is None for c in hooked):
+        return None
+    step = wrong[0]
+    return failed(
+        name,
+        stage=MODEL,
+        expected="the gradients after finish() to equal DDP's",
+        happened=f"in step {step} they differed from DDP's by up to {grad_gaps[step - 1]:.3g}; "
+        "every all-reduce the hooks started was given a tensor that is neither a parameter "
+        "nor its .grad",
+        fix=f"{_line(path, hooked[0]['line'])}: which tensor is this all-reduce given, and is "
+        "its sum what ends up in .grad?",
+        answer="dist.all_reduce(param.grad, async_op=True)",
     )
 
 

@@ -250,14 +250,17 @@ def _noise_wrong(got: list[probes.SeedsReport], seed: int) -> Result | None:
             "change when seed does?",
             answer="DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))",
         )
-    if any(r["noise"] != r["again"] for r in got):
+    changed = [r["rank"] for r in got if r["noise"] != r["again"]]
+    if changed:
+        who = "every rank" if len(got) > 1 and len(changed) == len(got) else f"rank {changed[0]}"
         return failed(
             name,
             stage=DATA,
             expected="the same noise from a loader built again with the same seed",
-            happened="different noise: the augmentation cannot be reproduced",
-            fix="derive every seed from `seed` and `rank`, never from the time or an unseeded "
-            "generator",
+            happened=f"in {who}, make_loader was called twice with the same arguments (seed "
+            f"{seed}), and the second loader's epoch drew other noise than the first's",
+            fix="make_loader: where do the loader's random numbers come from, and does a second "
+            "call with the same arguments start them from the same state as the first?",
         )
     return None
 
@@ -303,7 +306,9 @@ def _evaluation_wrong(got: list[probes.EvaluateReport], case: int) -> Result | N
     size = got[0]["size"]
     on = f"on {size} test images" + (" (the second run)" if case else "")
     accuracies = [r["accuracy"] for r in got]
-    wrong = _denominator_wrong(got, on)
+    wrong = _not_a_number(got, on)
+    if wrong is None:
+        wrong = _denominator_wrong(got, on)
     if wrong is None:
         wrong = _accuracies_differ(accuracies, on)
     if wrong is None:
@@ -311,6 +316,21 @@ def _evaluation_wrong(got: list[probes.EvaluateReport], case: int) -> Result | N
     if wrong is None:
         wrong = _accuracy_wrong(got, accuracies[0], on)
     return wrong
+
+
+def _not_a_number(got: list[probes.EvaluateReport], on: str) -> Result | None:
+    """check_evaluate's failure for a rank whose evaluate returned no number, or None."""
+    odd = [r for r in got if r["returned"] is not None]
+    if not odd:
+        return None
+    named = "; ".join(f"rank {r['rank']}'s evaluate returned {r['returned']}" for r in odd)
+    return failed(
+        "check_evaluate",
+        stage=GROUP,
+        expected="every rank's evaluate to return the accuracy, a number",
+        happened=f"{on}: {named}",
+        fix="evaluate's return: every rank must return the accuracy on all the test images",
+    )
 
 
 def _denominator_wrong(got: list[probes.EvaluateReport], on: str) -> Result | None:

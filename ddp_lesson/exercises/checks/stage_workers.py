@@ -220,6 +220,7 @@ def check_process_group(path: str | Path, *, reveal: bool = False) -> Result:
         name, path, probes.process_group, "ddp_setup() and cleanup()",
         stage=GROUP, expected="ddp_setup() to create the group",
         fix="ddp_setup: the line the error names",
+        explain=lambda error: _not_met(name, path, plan, error),
         hang=(
             f"all {plan.world_size} ranks to meet in init_process_group",
             f"they did not meet within {base.CHECK_TIMEOUT_S} s",
@@ -241,6 +242,58 @@ def check_process_group(path: str | Path, *, reveal: bool = False) -> Result:
         f"{plan.world_size} ranks joined one {plan.backend} group, summed to {expected_total:g}, "
         "and released it.",
     )
+
+
+#: torch's store, in rank 0's init_process_group, when fewer ranks than the group's size joined.
+NOT_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
+
+#: A line of ddp_setup that gives init_process_group the place where the ranks meet.
+MEETING = re.compile(r"MASTER_PORT|MASTER_ADDR|init_method")
+
+
+def _not_met(
+    name: str, path: str | Path, plan: devices.Plan, error: BaseException
+) -> Result | None:
+    """The failure for a group of world_size whose ranks did not all join rank 0, or None.
+
+    The launch's own hint says ranks never reached init_process_group; a
+    rank that calls it with another address or port never arrives either, so
+    the message says only what rank 0's error shows and where the meeting
+    place is set.
+    """
+    joined = NOT_JOINED.search(str(error))
+    if joined is None or int(joined[2]) != plan.world_size:
+        return None
+    first, *rest = str(error).splitlines()
+    at = [line.strip() for line in rest if line.strip().startswith("at ")][:1]
+    return failed(
+        name,
+        stage=GROUP,
+        expected=f"all {plan.world_size} ranks to meet in init_process_group",
+        happened="\n".join([first, *at])
+        + f"\nrank 0 waited in init_process_group, and {joined[1]} of the {joined[2]} ranks "
+        "joined it there",
+        fix=f"{_meeting_line(path)}: the ranks may be meeting at different addresses or ports: "
+        "MASTER_ADDR and MASTER_PORT (or init_method) must be the same on every rank. "
+        "What does each rank set them to?",
+    )
+
+
+def _meeting_line(path: str | Path) -> str:
+    """``file, line N (`text`)`` for the line that sets the ranks' meeting place, if any."""
+    worker = base.worker_path(path)
+    lines = Path(worker).read_text(errors="replace").splitlines() if worker else []
+    found = [
+        (number, text.strip())
+        for number, text in enumerate(lines, 1)
+        if MEETING.search(text) and not text.strip().startswith("#")
+    ]
+    # a line that also names the rank is where a rank can get a place of its own
+    found.sort(key=lambda line: "rank" not in line[1])
+    if not found:
+        return "ddp_setup"
+    number, text = found[0]
+    return f"{Path(worker).name}, line {number} (`{text}`)"
 
 
 def _in_the_group(name: str, plan: devices.Plan, report: probes.GroupReport) -> Result | None:

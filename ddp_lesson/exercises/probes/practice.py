@@ -8,6 +8,7 @@ and reports what happened, with a ``TypedDict`` per probe.
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from typing import TypedDict
@@ -53,6 +54,7 @@ class EvaluateReport(TypedDict):
     size: int
     truth: float
     mean_of_parts: float
+    returned: str | None  # what evaluate returned, shortened, when it was no number (else None)
 
 
 class EvaluateCases(TypedDict):
@@ -318,6 +320,15 @@ def _forwarded(model: nn.Module, features: torch.Tensor) -> tuple[list[int], obj
     return seen, model.register_forward_pre_hook(note)
 
 
+def _as_number(value: object) -> tuple[float, str | None]:
+    """``(value as a float, None)``, or ``(nan, its repr shortened)`` when it is no number."""
+    try:
+        return float(value), None
+    except (TypeError, ValueError, RuntimeError):  # None, a string of words, a tensor of many
+        shown = repr(value)
+        return math.nan, shown if len(shown) <= 80 else shown[:77] + "..."
+
+
 @sends(EvaluateCases)
 def evaluate(rank: int, world_size: int, port: int, path: str) -> None:
     """Call the learner's ``evaluate`` on every rank with a DDP model, once per case.
@@ -341,12 +352,15 @@ def evaluate(rank: int, world_size: int, port: int, path: str) -> None:
             test_dataset = WatchedTestSet(features, labels)
             forwarded, hook = _forwarded(plain, features.reshape(len(features), -1))
             model = _wrap(plain, device)
-            accuracy = worker.evaluate(model, test_dataset, rank, world_size, device)
+            accuracy, returned = _as_number(
+                worker.evaluate(model, test_dataset, rank, world_size, device)
+            )
             hook.remove()
             cases.append(
                 EvaluateReport(
                     rank=rank,
-                    accuracy=float(accuracy),
+                    accuracy=accuracy,
+                    returned=returned,
                     looked_at=list(test_dataset.looked_at),
                     forwarded=forwarded,
                     size=len(features),
