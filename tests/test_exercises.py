@@ -651,6 +651,8 @@ def test_check_slurm_reads_options_written_with_a_space(tmp_path, old, new, word
         ("export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n", True),
         ("srun --export=ALL,TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 ", True),
         ("after srun", False),
+        ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n", False),  # not exported: srun never sees it
+        ("set -a\nTORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n", True),
     ],
 )
 def test_check_slurm_wants_a_fresh_store_when_torchrun_may_restart(tmp_path, fresh_store, passes):

@@ -78,17 +78,31 @@ def _restart_problems(text: str, max_restarts: object) -> list[str]:
     """
     lines = text.splitlines()
     upto = next((i for i, line in enumerate(lines) if _runs_torchrun(line)), len(lines) - 1)
-    commands = "\n".join(line for line in lines[: upto + 1] if not line.lstrip().startswith("#"))
-    if int(max_restarts or 0) == 0 or FRESH_STORE.search(commands):
+    before = [line for line in lines[:upto] if not line.lstrip().startswith("#")]
+    every = any(re.match(r"\s*set\s+-a\b", line) for line in before)  # exports all after it
+    exported = [line for line in before if FRESH_STORE.search(line) and (every or _exports(line))]
+    if int(max_restarts or 0) == 0 or exported or FRESH_STORE.search(lines[upto]):
         return []
     later = FRESH_STORE.search("\n".join(lines[upto + 1 :]))
+    unexported = any(FRESH_STORE.search(line) for line in before)
     return [
         f"--max-restarts={max_restarts} without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in "
         "torchrun's environment"
         + (" (it is set only after the srun line, once torchrun has run)" if later else "")
+        + (
+            " (it is set before srun without export, so it stays in the batch shell and "
+            "srun never passes it on)"
+            if unexported
+            else ""
+        )
         + ": torch 2.13's torchrun reuses one store and a restarted group can wait for ever "
         "(export it before srun)"
     ]
+
+
+def _exports(line: str) -> bool:
+    """True for a shell line that puts its variables in the environment of what follows."""
+    return bool(re.match(r"\s*(export|declare\s+-x)\b", line))
 
 
 def _runs_torchrun(line: str) -> bool:
