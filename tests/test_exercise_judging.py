@@ -170,6 +170,12 @@ def test_a_loss_divided_by_the_world_size_on_top_of_ddp_fails():
     assert_fails(result, SYNCING, f"were {1 / PLAN.world_size:.3g} times that average")
 
 
+def test_a_port_written_into_the_script_fails_at_its_spawn_call():
+    result = checks.check_ddp_script(ANSWERS / "script_fixed_port.py")
+    assert_fails(result, STARTING, "main was given port 29517 at each of 3 starts")
+    assert "mp.spawn(main, args=(n, PORT, args.epochs)" in result.fix, str(result)
+
+
 def test_a_loop_that_trains_one_epoch_short_fails_at_its_loop():
     result = checks.check_ddp_script(ANSWERS / "script_epochs_from_one.py")
     assert_fails(result, SPLITTING, "to train 3 epochs")

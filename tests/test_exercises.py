@@ -672,6 +672,14 @@ def test_check_slurm_wants_a_fresh_store_when_torchrun_may_restart(tmp_path, fre
         assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in result.happened, str(result)
 
 
+def test_check_slurm_takes_the_node_count_under_either_of_slurms_names(tmp_path):
+    text = (ANSWERS / "slurm_right_spaced.slurm").read_text()
+    path = tmp_path / "job.slurm"
+    path.write_text(text.replace("${SLURM_NNODES}", '"$SLURM_JOB_NUM_NODES"'))
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert result, str(result)
+
+
 def test_check_slurm_passes_a_batch_script_written_differently():
     path = ANSWERS / "slurm_right_spaced.slurm"
     result = checks.check_slurm(path, "workers/train.py", train_arguments)

@@ -22,7 +22,6 @@ for real, in four steps, each naming the stage and the line at fault:
 from __future__ import annotations
 
 import ast
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +45,7 @@ from .base import (
 )
 from .launchers import selection_wrong
 from .script_source import calls_of, first_call_at, line_at, main_spawn_line, parsed
+from .script_start import started
 from .script_training import LOG as LOG  # the stage a log line belongs to, named here too
 from .script_training import OPTIMIZERS, trains
 
@@ -103,7 +103,7 @@ def check_ddp_script(path: str | Path, *, reveal: bool = False) -> Result:
     inits = calls_of(tree, "init_process_group")
     init_line = inits[0].lineno if inits else None
 
-    found = _started(file, plan, lines, spawn_line)
+    found = started(file, plan, lines, spawn_line)
     if isinstance(found, Result):
         return found
     epochs = found
@@ -223,14 +223,19 @@ def _stage_verdicts(diagnosis: Diagnosis, tree: ast.Module, lines: list[str]) ->
             same = _same_epoch(tree, lines, verdict.evidence) if key == "data_division" else None
             if same is not None:
                 return same
+            # what the run showed is said; what the code suggests (a line to type) is
+            # held back until asked for, as every check's fixing line is
+            ran = [p.removeprefix("run: ") for p in verdict.parts if p.startswith("run: ")]
+            code = [p.removeprefix("code: ") for p in verdict.parts if p.startswith("code: ")]
             return failed(
                 NAME,
                 stage=title,
                 expected=EXPECTED[key],
-                happened=verdict.evidence,
+                happened="; ".join(ran) if ran else verdict.evidence,
                 fix=_built_elsewhere(verdict.evidence, tree, lines)
                 or line_at(lines, verdict.line)
                 or stage(key).owner,
+                answer="; ".join(code) if ran else "",
             )
         return failed(
             NAME,
@@ -281,62 +286,6 @@ def _passed(file: str, plan: devices.Plan, epochs: object) -> Result:
         "reference's gradients (each rank's loss, averaged over the ranks), only rank 0 "
         "printed, and the group was released after an error raised during training too.",
     )
-
-
-def _started(file: str, plan: devices.Plan, lines: list[str], spawn_line: int) -> Result | object:
-    """Run the script up to its ``mp.spawn`` call; a Result if the call is wrong, else epochs."""
-    try:
-        output = launch.run_script(probes.__file__, file, timeout_s=base.CHECK_TIMEOUT_S)
-    except launch.LaunchError as error:
-        return failed(
-            NAME,
-            stage=SPAWNING,
-            expected="the __main__ block to reach its mp.spawn call",
-            happened=quote(error),
-            fix="the __main__ block: the line the error names",
-        )
-    said = [line for line in output.splitlines() if line.startswith(probes.MARK)]
-    call = json.loads(said[-1][len(probes.MARK) :]) if said else None
-    where = line_at(lines, spawn_line)
-    if call is None:
-        return failed(
-            NAME,
-            stage=SPAWNING,
-            expected="the __main__ block to call mp.spawn",
-            happened="it ended without calling it",
-            fix=where,
-        )
-    nprocs, told = call["nprocs"], call["bound"].get("world_size")
-    if nprocs != plan.world_size:
-        zero = (
-            " (torch.cuda.device_count() is 0 without a GPU: nothing starts)" if not nprocs else ""
-        )
-        return failed(
-            NAME,
-            stage=SPAWNING,
-            expected=f"nprocs={plan.world_size}: one process per device ({plan.reason})",
-            happened=f"nprocs={nprocs} on this machine{zero}",
-            fix=f"{where}; the world size that is right on every machine is "
-            "devices.plan().world_size",
-        )
-    if "world_size" in call["bound"] and told != nprocs:
-        return failed(
-            NAME,
-            stage=SPAWNING,
-            expected=f"every process told world_size={nprocs}, the processes started",
-            happened=f"main is told world_size={told!r}",
-            fix=f"{where}: args=(world_size, ...)",
-        )
-    epochs = call["bound"].get("epochs")
-    if isinstance(epochs, int) and epochs < 2:
-        return failed(
-            NAME,
-            stage=DATA,
-            expected="at least 2 epochs, so that the run shows each epoch reshuffled",
-            happened=f"epochs={epochs}",
-            fix=f"{where}: pass epochs=2 (or more)",
-        )
-    return epochs
 
 
 def _same_epoch(tree: ast.Module, lines: list[str], evidence: str) -> Result | None:

@@ -228,7 +228,8 @@ def _placement_problems(sbatch: dict[str, str], given) -> list[str]:
             "#SBATCH --ntasks-per-node=1 is missing: srun must start one torchrun "
             "per node, which then starts that node's ranks"
         )
-    if _plain(given.nnodes) not in ("$SLURM_NNODES", sbatch.get("nodes")):
+    # (SLURM sets the allocation's node count under both names)
+    if _plain(given.nnodes) not in ("$SLURM_NNODES", "$SLURM_JOB_NUM_NODES", sbatch.get("nodes")):
         problems.append(
             f"--nnodes={given.nnodes} is not the allocation's --nodes (use --nnodes=$SLURM_NNODES)"
         )
