@@ -88,11 +88,22 @@ def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVe
         other, line = gone[0], None  # (no stage owns where a rank chose to leave)
         released = (other.destroyed or {}).get("line")
         left = f", after destroy_process_group at line {released}," if released else ""
-        evidence = (
-            f"rank {other.rank} had already returned from its function{left} when {lost} (it "
-            f"raised {error['type']}): every rank must make the same training steps; find "
-            f"the condition that lets rank {other.rank} leave early"
-        )
+        waiter = crashed[0][0]
+        if other.trail and len(waiter.trail) >= len(other.trail):
+            evidence = (
+                f"rank {other.rank} had made {len(other.trail)} optimizer step(s) and returned "
+                f"from its function{left.rstrip(',')}; rank {waiter.rank} went on past its step "
+                f"{len(other.trail)} and gave up waiting for it"
+                f"{quote(reading, error['line'])} (it raised {error['type']}): every rank "
+                "must make the same number of training steps; find what differs between "
+                "them (an epoch count, an early stop or a break decided on one rank)"
+            )
+        else:
+            evidence = (
+                f"rank {other.rank} had already returned from its function{left} when {lost} "
+                f"(it raised {error['type']}): every rank must make the same training steps; "
+                f"find the condition that lets rank {other.rank} leave early"
+            )
     else:
         return None
     return StageVerdict(FAULT, f"run: {evidence}", line, [f"run: {evidence}"])

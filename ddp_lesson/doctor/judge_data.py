@@ -120,6 +120,28 @@ def _own_data_sets(ranks, loader: int) -> bool:
     return len(built) > 1 and any(_difference(built[0], other) for other in built[1:])
 
 
+def _subsets_overlap(ranks, loader: int) -> str | None:
+    """The fault of ranks whose Subsets of one data set share items or leave some out."""
+    built = [entries[0] for entries in _by_loader(ranks, "datasets").get(loader, {}).values()]
+    if len(built) < 2 or any("positions" not in b for b in built):
+        return None
+    if any(_difference(built[0]["base"], b["base"]) for b in built[1:]):
+        return None  # subsets of different data sets: nothing to compare by position
+    sets = [set(b["positions"]) for b in built]
+    shared = set().union(*(a & b for i, a in enumerate(sets) for b in sets[i + 1 :]))
+    size = built[0]["base"]["size"]
+    missed = size - len(set().union(*sets)) if isinstance(size, int) else 0
+    if not shared and missed <= 0:
+        return None
+    return (
+        f"each rank trains on a Subset of the same data set of {size} items, and the "
+        f"ranks' subsets share {len(shared)} item(s) and leave {max(missed, 0)} out: their "
+        "index lists must split the data set between them, each item to one rank (one "
+        "order the same on every rank, the same seed, cut by rank), or give the whole data "
+        "set to a DistributedSampler"
+    )
+
+
 def _own_shards(
     first: list[dict], trained: bool, joined: bool = False
 ) -> str | tuple[str, int | None] | None:
@@ -216,6 +238,11 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
         trained = any(e["trained"] for entries in per_rank for e in entries)
         joined = any(e.get("join") for r in ranks for e in r.ddp)  # uneven steps are allowed
         if sampler != "DistributedSampler" and _own_data_sets(ranks, first[0]["loader"]):
+            picked = _subsets_overlap(ranks, first[0]["loader"]) if trained else None
+            if picked is not None:  # (the code's guess, the whole data set each, is wrong)
+                disproved.append("data_division")
+                note_shown(shown, "data_division", picked, line)
+                continue
             own = _own_shards(first, trained, joined)  # different data sets: no overlap
             disproved.append("data_division")
             if isinstance(own, str):

@@ -143,6 +143,10 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if summed is not None:
         add(*summed, exact=True)
         return Judged.of(shown)
+    later = _parted_later(ranks) if wrapped else None
+    if later is not None:
+        add(*later, exact=later[1] is not None)
+        return Judged.of(shown)
     if compared is not None or wrapped:
         return Judged.of(shown, {"model_wrapping": _in_step(wrapped, compared, stand_in)})
     return Judged.of(shown)
@@ -171,6 +175,70 @@ def _wrapped_again(wrapped: list[ProcessRecord]) -> tuple[str, int | None] | Non
                     "train the wrapper",
                     entry["line"],
                 )
+    return None
+
+
+def _apart(values: list[float]) -> bool:
+    return max(values) - min(values) > TOLERANCE * max(1.0, *map(abs, values))
+
+
+def _parted_later(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
+    """Ranks whose parameters part at a later step than the first few: what the trail shows.
+
+    Every rank's ``trail`` holds the sum of its wrapped parameters before and
+    after each optimiser step. The first step where the ranks differ says
+    how: apart before the step (something outside ``optimizer.step()``
+    changed one rank's parameters since the last step), or apart after it
+    from equal parameters (the optimisers stepped differently: their
+    learning rates, when those differ).
+    """
+    trails = [r.trail for r in ranks]
+    if len(trails) < 2 or not all(trails):
+        return None
+    for k in range(min(len(t) for t in trails)):
+        steps = [t[k] for t in trails]
+        if any("post" not in s for s in steps):
+            break
+        pres, posts = [s["pre"] for s in steps], [s["post"] for s in steps]
+        if _apart(pres):
+            changed = [
+                r.rank for r, t in zip(ranks, trails, strict=True)
+                if k and _apart([t[k]["pre"], t[k - 1]["post"]])
+            ]  # fmt: skip
+            who = f"rank {changed[0]}'s" if len(changed) == 1 else "the ranks'"
+            return (
+                f"the ranks' parameters were identical after step {k}, but apart before "
+                f"optimizer step {k + 1}: {who} parameters changed between the two steps, "
+                "outside optimizer.step() (a load, a copy of averaged weights, an edit on "
+                "some ranks only); DDP keeps the ranks equal only through its own steps",
+                None,
+            )
+        if _apart(posts):
+            lrs = [s.get("lr") for s in steps]
+            said = ", ".join(
+                f"rank {r.rank}: {lr:.6g}" if isinstance(lr, float) else f"rank {r.rank}: {lr}"
+                for r, lr in zip(ranks, lrs, strict=True)
+            )
+            why = (
+                f"their learning rates differ ({said}): is a scheduler stepped on some ranks only?"
+                if len(set(lrs)) > 1
+                else "their optimisers' settings or states differ"
+            )
+            stepped = sorted({len(r.schedules) for r in ranks})
+            lines = [r.schedules[0] for r in ranks if r.schedules]
+            line = lines[0] if len(stepped) > 1 and lines else None
+            if line is not None:
+                counts = ", ".join(f"rank {r.rank}: {len(r.schedules)}" for r in ranks)
+                why = (
+                    f"their learning rates differ ({said}): the scheduler at line {line} "
+                    f"stepped a different number of times on each rank ({counts}); step it "
+                    "on every rank"
+                )
+            return (
+                f"the ranks' parameters were identical before optimizer step {k + 1} and "
+                f"apart after it: {why}",
+                line,
+            )
     return None
 
 

@@ -125,6 +125,7 @@ from .probe_model import (  # noqa: F401
     recorded_backward,
     recorded_clip_norm,
     recorded_clip_value,
+    recorded_schedule,
     trained_parameters,
 )
 from .probe_state import (  # noqa: F401
@@ -224,6 +225,7 @@ def install_model_recording() -> None:
     clipping = (torch.nn.utils, sys.modules["torch.nn.utils.clip_grad"])
     wrap_for_good(clipping, "clip_grad_norm_", recorded_clip_norm)
     wrap_for_good(clipping, "clip_grad_value_", recorded_clip_value)
+    wrap_for_good(torch.optim.lr_scheduler.LRScheduler, "step", recorded_schedule)
 
 
 #: How torch's ``mp.spawn`` names the file a rank writes its traceback to

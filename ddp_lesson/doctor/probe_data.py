@@ -26,7 +26,7 @@ import random
 import sys
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Subset
 from torch.utils.data import dataloader as _dataloader
 from torch.utils.data.distributed import DistributedSampler
 
@@ -65,6 +65,7 @@ def loader_init(original):
                 "line": self._doctor_line,
                 "sampler": type(getattr(self, "sampler", None)).__name__,
                 **dataset_prints(self.dataset),
+                **subset_of(self.dataset),
             })  # fmt: skip
 
     return init
@@ -104,6 +105,22 @@ def item_prints(batch: object, collated: bool) -> list[str]:
     rows = tensors[0].shape[0]
     same = [t for t in tensors if t.dim() > 0 and t.shape[0] == rows]
     return [fingerprint([t[i] for t in same]) for i in range(rows)]
+
+
+#: The most indices of a Subset a record keeps (what is compared across the ranks).
+SUBSET_KEPT = 20_000
+
+
+def subset_of(dataset: object) -> dict:
+    """For a ``Subset``: ``{"base", "positions"}``, the data set it picks from (as
+    :func:`dataset_prints` tells it) and the positions it picks; else ``{}``."""
+    if not isinstance(dataset, Subset):
+        return {}
+    try:
+        positions = [int(i) for i in list(dataset.indices)[:SUBSET_KEPT]]
+    except (TypeError, ValueError):
+        return {}
+    return {"base": dataset_prints(dataset.dataset), "positions": positions}
 
 
 def dataset_prints(dataset: object) -> dict:

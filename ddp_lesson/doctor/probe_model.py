@@ -23,6 +23,7 @@ here, and registers :func:`after_step` after every optimiser step:
 from __future__ import annotations
 
 import inspect
+import sys
 
 import torch
 
@@ -243,6 +244,7 @@ def buffers_sum() -> float | None:
 
 def after_step(optimizer, args, kwargs) -> None:
     record = process_state["record"]
+    note_trail("post")
     if record is None or len(record.steps) >= STEPS_KEPT:
         return
     trained = [p for group in optimizer.param_groups for p in group["params"]]
@@ -327,6 +329,48 @@ def before_step(optimizer, args, kwargs) -> None:
         for group in optimizer.param_groups
     ]
     note_event("before_step", learner_line(3), settings=settings)
+    note_trail("pre", lr=settings[0].get("lr") if settings else None)
+
+
+#: Optimiser steps whose parameter sums a rank keeps in its ``trail`` (all of a short run).
+TRAIL_KEPT = 400
+
+
+def recorded_schedule(original):
+    """A learning-rate scheduler's ``step``: its line in the learner's file, in the record."""
+
+    def step(self, *args, **kwargs):
+        record = process_state["record"]
+        line = learner_line()
+        own = sys._getframe(1).f_code.co_name in ("_initial_step", "__init__")  # (its making)
+        kept = record is not None and len(record.schedules) < TRAIL_KEPT
+        if kept and line is not None and not own:
+            record.schedules.append(line)
+        return original(self, *args, **kwargs)
+
+    return step
+
+
+def note_trail(when: str, **extra) -> None:
+    """Add the sum of the DDP models' parameters to the record's ``trail``, at every step.
+
+    ``"pre"`` (before ``optimizer.step()``) opens a step's entry, ``"post"``
+    closes it: ranks that part after the first steps, which ``model_events``
+    covers in detail, show here at the step they part.
+    """
+    record = process_state["record"]
+    if record is None or not process_state.get("ddp"):
+        return
+    if when == "pre" and len(record.trail) >= TRAIL_KEPT:
+        return
+    if when == "post" and (not record.trail or "post" in record.trail[-1]):
+        return
+    with torch.no_grad():
+        total = float(sum(p.detach().double().sum() for p in wrapped_parameters()))
+    if when == "pre":
+        record.trail.append({"pre": total, **extra})
+    else:
+        record.trail[-1]["post"] = total
 
 
 def recorded_clip(original, what: str, limit_name: str):

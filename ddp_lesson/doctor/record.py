@@ -128,6 +128,10 @@ class ProcessRecord:
             (``load_state_dict`` into a wrapped model) and ``clip`` (with its
             ``call`` and ``limit``); ``params`` the sum of every wrapped
             parameter, ``grads`` the sum of their gradients' absolute values.
+        trail: ``{"pre", "post", "lr"}`` per optimiser step of a DDP model (up to
+            a few hundred): the sums of the wrapped parameters before and after
+            the step, and the first parameter group's learning rate.
+        schedules: the learner's line of each learning-rate scheduler step.
         collectives: ``{"op", "line"}`` per collective called from the learner's file;
             the first all-reduces add ``"reduce"`` (``"SUM"``...) and the absolute
             sums of their tensor ``"before"`` and ``"after"``.
@@ -180,6 +184,8 @@ class ProcessRecord:
     outside: list[dict] = field(default_factory=list)
     trained: list[dict] = field(default_factory=list)
     model_events: list[dict] = field(default_factory=list)
+    trail: list[dict] = field(default_factory=list)
+    schedules: list[int] = field(default_factory=list)
     collectives: list[dict] = field(default_factory=list)
     call_lines: list[int] = field(default_factory=list)
     waiting: dict | None = None

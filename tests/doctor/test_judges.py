@@ -103,3 +103,24 @@ def test_stages_after_a_fault_in_the_first_are_not_said_to_be_passed_unseen():
     assert [v.evidence for v in diagnosis.stages.values()][1:] == [
         "not reached: the run ended before it"
     ] * 4
+
+
+def test_ranks_that_part_between_steps_are_said_to_part_outside_the_optimizer_step():
+    # the trail: equal through step 2; before step 3, rank 0's parameters had changed
+    # since its step 2 (a copy of averaged weights, a load), and rank 1's had not
+    from ddp_lesson.doctor.judge_model import model_verdict
+    from ddp_lesson.doctor.record import ProcessRecord
+
+    def record(rank: int, third: float) -> ProcessRecord:
+        r = ProcessRecord(index=rank, claimed_rank=rank)
+        r.ddp = [{"line": 9, "error": None, "device_ids": None, "module_device": "cpu",
+                  "asked": None, "unused": None, "find_unused": False, "static_graph": False}]
+        r.trail = [{"pre": 1.0, "post": 2.0, "lr": 0.1}, {"pre": 2.0, "post": 3.0, "lr": 0.1},
+                   {"pre": third, "post": third + 1, "lr": 0.1}]  # fmt: skip
+        return r
+
+    judged = model_verdict([record(0, 7.5), record(1, 3.0)], [])
+    said = [s.finding.evidence for s in judged.shown]
+    assert len(said) == 1 and "apart before optimizer step 3" in said[0], said
+    assert "rank 0's parameters changed between the two steps" in said[0], said
+    assert model_verdict([record(0, 3.0), record(1, 3.0)], []).shown == ()

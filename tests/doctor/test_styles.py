@@ -117,6 +117,9 @@ SAYS = {
     "pad_sampler": {"data_division": "(1 repeated as padding)"},
     "release_on_error": {"teardown": "released only from line 40, which runs only after"},
     "own_statistics": {"notes": "broadcast_buffers=False) at line 24: the ranks' buffers"},
+    "decay_on_rank0": {"model_wrapping": "(rank 0: 0.05, rank 1: 0.1): the scheduler at line 34"},
+    "subset_own_seed": {"data_division": "subsets share 27 item(s) and leave 27 out"},
+    "subset_one_seed": {"data_division": "a data set of its own (split by hand"},
     "torchrun_env_alias": {
         "launch": "torchrun --standalone --nproc-per-node=2 torchrun_env_alias.py",
         "spawning": "torchrun started 2 process(es)",
@@ -468,5 +471,8 @@ def test_a_rank_that_left_early_is_named_not_the_step_its_partner_waited_in(tmp_
     assert result.exit_code == 1 and result.failure is not None, shown
     assert result.stages["model_wrapping"].status == doctor.OK, shown
     said = result.failure.evidence
-    assert "rank 1 had already returned from its function when rank 0 gave up waiting" in said
-    assert "leave early" in said, said
+    assert (
+        "rank 1 had made 1 optimizer step(s) and returned from its function; rank 0 went on "
+        "past its step 1 and gave up waiting for it" in said
+    ), said
+    assert "an early stop or a break decided on one rank" in said, said
