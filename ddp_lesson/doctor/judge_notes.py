@@ -69,8 +69,21 @@ def add_notes(reading: Reading, outcome: Outcome, diagnosis: Diagnosis) -> list[
     emulated = _emulated(ranks, outcome)
     if emulated:
         notes.append(emulated)
-    notes += _buffers_apart(ranks)
+    notes += _buffers_apart(ranks) + _tracked_collectives(ranks)
     return notes + _files_notes(reading, outcome) + _warnings(reading, outcome)
+
+
+def _tracked_collectives(ranks: list[ProcessRecord]) -> list[str]:
+    """A note for a collective given a tensor that autograd records (a loss, an output)."""
+    tracked = next((c for r in ranks for c in r.collectives if c.get("tracked")), None)
+    if tracked is None:
+        return []
+    return [
+        f"{tracked['op']}() at line {tracked['line']} was given a tensor that autograd "
+        "records (a loss or an output): collectives are not part of the graph, so a "
+        "backward pass through it ignores what the ranks exchanged; for a value to print, "
+        "give it a detached copy (loss.detach()); DDP already averages the gradients"
+    ]
 
 
 def _buffers_apart(ranks: list[ProcessRecord]) -> list[str]:

@@ -447,6 +447,9 @@ def recorded_collective(name: str) -> Callable:
         step = len(record.collectives)
         given = signature.bind_partial(*args, **kwargs).arguments
         entry = {"op": name, "line": line}
+        tensor = given.get("tensor")
+        if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
+            entry["tracked"] = True  # a tensor autograd records: the loss, say
         record.collectives.append(entry)
         note_call_line(line)
         shape = tensor_shape(given)

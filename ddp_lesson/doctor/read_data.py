@@ -64,6 +64,23 @@ def _iterable_dataset(loader: ast.Call, scope: Scope, tree: ast.AST) -> bool:
     return False
 
 
+def _samplers_never_given(tree: ast.Module) -> list[ast.Call]:
+    """DistributedSampler(...) calls assigned to a name no DataLoader is given as sampler=."""
+    given = {
+        ast.unparse(keyword_arg(c, "sampler"))
+        for c in calls_in(tree, "DataLoader")
+        if keyword_arg(c, "sampler") is not None
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and called_name(node.value) == "DistributedSampler"
+        and not any(ast.unparse(t) in given for t in node.targets)
+    ]
+
+
 def read_data_part(reading: Reading, tree: ast.Module, functions) -> None:
     loaders = calls_in(tree, "DataLoader")
     if loaders:
@@ -79,11 +96,17 @@ def read_data_part(reading: Reading, tree: ast.Module, functions) -> None:
         if _iterable_dataset(loader, scope, tree):
             return
         if sampler is None or (isinstance(sampler, ast.Constant) and sampler.value is None):
+            made = _samplers_never_given(tree)
             reading.findings.append(
                 Finding(
                     "data_division",
                     "the training DataLoader has no sampler=, so every process iterates "
-                    "the whole data set; add sampler=DistributedSampler(train_dataset)",
+                    + (
+                        f"the whole data set; the DistributedSampler made at line "
+                        f"{made[0].lineno} is never given to it (pass it as sampler=...)"
+                        if made
+                        else "the whole data set; add sampler=DistributedSampler(train_dataset)"
+                    ),
                     loader.lineno,
                 )
             )

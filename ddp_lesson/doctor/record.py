@@ -134,7 +134,8 @@ class ProcessRecord:
         schedules: the learner's line of each learning-rate scheduler step.
         collectives: ``{"op", "line"}`` per collective called from the learner's file;
             the first all-reduces add ``"reduce"`` (``"SUM"``...) and the absolute
-            sums of their tensor ``"before"`` and ``"after"``.
+            sums of their tensor ``"before"`` and ``"after"``; ``"tracked"`` marks
+            one given a tensor that autograd records.
         call_lines: the lines of the learner's file where this rank called a
             forward through DDP (which may make a collective: the buffers'
             broadcast) or a collective, each once, in the order first met.

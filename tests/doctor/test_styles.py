@@ -120,6 +120,7 @@ SAYS = {
     "decay_on_rank0": {"model_wrapping": "(rank 0: 0.05, rank 1: 0.1): the scheduler at line 34"},
     "subset_own_seed": {"data_division": "subsets share 27 item(s) and leave 27 out"},
     "subset_one_seed": {"data_division": "a data set of its own (split by hand"},
+    "loss_summed_in_place": {"notes": "all_reduce() at line 29 was given a tensor that autograd"},
     "torchrun_env_alias": {
         "launch": "torchrun --standalone --nproc-per-node=2 torchrun_env_alias.py",
         "spawning": "torchrun started 2 process(es)",
