@@ -174,7 +174,7 @@ def start_stub(main, world_size, port):
         # keeps the one rank from reporting before the check's deadline, the
         # deadline's message says "pass nprocs=world_size to mp.spawn"
         (start_one_process, PLAN.world_size, ("how many processes", "nprocs")),
-        (start_rank_in_args, PLAN.world_size, "args=(world_size, port) holds only"),
+        (start_rank_in_args, PLAN.world_size, "which of main's arguments does args= hold"),
         (start_right, 0, "torch.cuda.device_count() is 0"),
     ],
 )
@@ -836,7 +836,7 @@ def test_check_hooks_names_handles_of_earlier_steps_kept_and_waited_for_again():
         ("check_launchers", "launchers_device_from_global_rank.py",
          "the device follows the local rank", 'device_for(int(os.environ["LOCAL_RANK"])'),
         ("check_seeds", "practice_seeds_shared_generator_class.py",
-         "which every rank seeded alike",
+         "which every rank here seeds alike",
          "DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))"),
         ("check_evaluate", "practice_evaluate_sampler_indices.py",
          "split the test set without padding",

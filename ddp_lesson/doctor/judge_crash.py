@@ -85,28 +85,31 @@ def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVe
             f"{line} (evaluate with model.module on one rank, or run the call on every rank)"
         )
     elif gone:
-        other, line = gone[0], None  # (no stage owns where a rank chose to leave)
-        released = (other.destroyed or {}).get("line")
-        left = f", after destroy_process_group at line {released}," if released else ""
-        waiter = crashed[0][0]
-        if other.trail and len(waiter.trail) >= len(other.trail):
-            evidence = (
-                f"rank {other.rank} had made {len(other.trail)} optimizer step(s) and returned "
-                f"from its function{left.rstrip(',')}; rank {waiter.rank} went on past its step "
-                f"{len(other.trail)} and gave up waiting for it"
-                f"{quote(reading, error['line'])} (it raised {error['type']}): every rank "
-                "must make the same number of training steps; find what differs between "
-                "them (an epoch count, an early stop or a break decided on one rank)"
-            )
-        else:
-            evidence = (
-                f"rank {other.rank} had already returned from its function{left} when {lost} "
-                f"(it raised {error['type']}): every rank must make the same training steps; "
-                f"find the condition that lets rank {other.rank} leave early"
-            )
+        line = None  # (no stage owns where a rank chose to leave)
+        evidence = _gone_early(reading, gone[0], crashed[0][0], error, lost)
     else:
         return None
     return StageVerdict(FAULT, f"run: {evidence}", line, [f"run: {evidence}"])
+
+
+def _gone_early(reading: Reading, other, waiter, error: dict, lost: str) -> str:
+    """What a rank that returned while ``waiter`` still trained shows: its steps, if counted."""
+    released = (other.destroyed or {}).get("line")
+    left = f", after destroy_process_group at line {released}," if released else ""
+    if other.trail and len(waiter.trail) >= len(other.trail):
+        return (
+            f"rank {other.rank} had made {len(other.trail)} optimizer step(s) and returned "
+            f"from its function{left.rstrip(',')}; rank {waiter.rank} went on past its step "
+            f"{len(other.trail)} and gave up waiting for it{quote(reading, error['line'])} "
+            f"(it raised {error['type']}): every rank must make the same number of training "
+            "steps; find what differs between them (an epoch count, an early stop or a break "
+            "decided on one rank)"
+        )
+    return (
+        f"rank {other.rank} had already returned from its function{left} when {lost} "
+        f"(it raised {error['type']}): every rank must make the same training steps; "
+        f"find the condition that lets rank {other.rank} leave early"
+    )
 
 
 def _only_some_called(

@@ -238,17 +238,9 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
         trained = any(e["trained"] for entries in per_rank for e in entries)
         joined = any(e.get("join") for r in ranks for e in r.ddp)  # uneven steps are allowed
         if sampler != "DistributedSampler" and _own_data_sets(ranks, first[0]["loader"]):
-            picked = _subsets_overlap(ranks, first[0]["loader"]) if trained else None
-            if picked is not None:  # (the code's guess, the whole data set each, is wrong)
-                disproved.append("data_division")
-                note_shown(shown, "data_division", picked, line)
-                continue
-            own = _own_shards(first, trained, joined)  # different data sets: no overlap
+            # (the code's guess, that each rank iterates the whole data set, is wrong)
             disproved.append("data_division")
-            if isinstance(own, str):
-                notes.append(own)
-            elif own is not None:
-                note_shown(shown, "data_division", *own)
+            notes += _split_by_hand(ranks, first, trained, joined, shown)
             continue
         shared = _overlap([e["indices"] for e in first])
         counts = [len(e["indices"]) for e in first]
@@ -281,6 +273,25 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             known = sampler in ("DistributedSampler", "RandomSampler", "SequentialSampler")
             notes.append(_shares_text(counts[0], size, shared, len(mine), shuffled, known))
     return notes
+
+
+def _split_by_hand(ranks, first: list[dict], trained: bool, joined: bool, shown) -> list[str]:
+    """Loaders over data sets of each rank's own: a fault noted in ``shown``, or what was fine.
+
+    Subsets of one data set are compared by position (:func:`_subsets_overlap`);
+    shards of their own, by the batches they give (:func:`_own_shards`).
+    """
+    line = first[0]["line"]
+    picked = _subsets_overlap(ranks, first[0]["loader"]) if trained else None
+    if picked is not None:
+        note_shown(shown, "data_division", picked, line)
+        return []
+    own = _own_shards(first, trained, joined)  # different data sets: no overlap
+    if isinstance(own, str):
+        return [own]
+    if own is not None:
+        note_shown(shown, "data_division", *own)
+    return []
 
 
 def _uneven_steps(per_rank: list[list[dict]]) -> str | None:

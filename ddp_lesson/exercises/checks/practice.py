@@ -234,8 +234,9 @@ def _noise_wrong(got: list[probes.SeedsReport], seed: int) -> Result | None:
             expected="augmentation noise of its own on every rank",
             happened=f"ranks drew the same noise: {noises[0][:3]}...",
             fix="make_loader, where the DataLoader is built: its workers' random numbers follow "
-            "from the loader's random generator, which every rank seeded alike; its seed "
-            "must differ from rank to rank and still follow from seed",
+            "from the loader's generator (or, without one, from the rank's own random state, "
+            "which every rank here seeds alike); that seed must differ from rank to rank and "
+            "still follow from seed",
             answer="DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))",
         )
     unmoved = [r["rank"] for r in got if r["noise"][:4] == r["renoised"][:4]]

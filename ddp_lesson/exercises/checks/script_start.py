@@ -21,7 +21,7 @@ NAME = "check_ddp_script"
 SPAWNING, DATA = (stage(key).title for key in ("spawning", "data_division"))
 
 
-def dry_start(file: str) -> dict | None | Result:
+def dry_start(file: str) -> probes.SpawnCall | None | Result:
     """Run the script up to its ``mp.spawn`` call: the call it made, None, or its failure."""
     try:
         output = launch.run_script(probes.__file__, file, timeout_s=base.CHECK_TIMEOUT_S)
@@ -37,7 +37,7 @@ def dry_start(file: str) -> dict | None | Result:
     return json.loads(said[-1][len(probes.MARK) :]) if said else None
 
 
-def fixed_port(file: str, call: dict, where: str) -> Result | None:
+def fixed_port(file: str, call: probes.SpawnCall, where: str) -> Result | None:
     """The failure when every start of the script hands main the same port, or None.
 
     A free port differs from start to start; a port written into the script

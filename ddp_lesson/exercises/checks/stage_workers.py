@@ -122,7 +122,9 @@ def _launch_failure(name: str, plan: devices.Plan, error: launch.LaunchError) ->
             stage=SPAWNING,
             expected="main(rank, world_size, port) called with rank supplied by mp.spawn",
             happened=quote(error),
-            fix="the mp.spawn call: args=(world_size, port) holds only what follows rank",
+            fix="the mp.spawn call: mp.spawn hands each process its rank as main's first "
+            "argument; which of main's arguments does args= hold, then?",
+            answer="mp.spawn(main, args=(world_size, port), nprocs=world_size)",
         )
     other = re.search(r"nprocs=(\d+)\) inside launch\.bounded\(world_size=(\d+)\)", text)
     if other:
