@@ -131,7 +131,7 @@ def _subsets_overlap(ranks, loader: int) -> str | None:
     shared = set().union(*(a & b for i, a in enumerate(sets) for b in sets[i + 1 :]))
     size = built[0]["base"]["size"]
     missed = size - len(set().union(*sets)) if isinstance(size, int) else 0
-    if not shared and missed <= 0:
+    if not shared and missed < len(sets):  # (fewer than one per rank: a remainder dropped)
         return None
     return (
         f"each rank trains on a Subset of the same data set of {size} items, and the "

@@ -121,6 +121,7 @@ SAYS = {
     "subset_own_seed": {"data_division": "subsets share 27 item(s) and leave 27 out"},
     "subset_one_seed": {"data_division": "a data set of its own (split by hand"},
     "loss_summed_in_place": {"notes": "all_reduce() at line 29 was given a tensor that autograd"},
+    "subset_from_sampler": {"data_division": "items rank 0: 50, rank 1: 50"},
     "torchrun_env_alias": {
         "launch": "torchrun --standalone --nproc-per-node=2 torchrun_env_alias.py",
         "spawning": "torchrun started 2 process(es)",
