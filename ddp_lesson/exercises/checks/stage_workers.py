@@ -249,6 +249,9 @@ def check_process_group(path: str | Path, *, reveal: bool = False) -> Result:
 #: torch's store, in rank 0's init_process_group, when fewer ranks than the group's size joined.
 NOT_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
 
+#: torch's words when a rank found no store at the address and port it was given.
+UNREACHED = re.compile(r"trying to connect to \((\S+), (\d+)\)")
+
 #: A line of ddp_setup that gives init_process_group the place where the ranks meet.
 MEETING = re.compile(r"MASTER_PORT|MASTER_ADDR|init_method")
 
@@ -263,8 +266,18 @@ def _not_met(
     the message says only what rank 0's error shows and where the meeting
     place is set.
     """
-    joined = NOT_JOINED.search(str(error))
-    if joined is None or int(joined[2]) != plan.world_size:
+    joined, unreached = NOT_JOINED.search(str(error)), UNREACHED.search(str(error))
+    if joined is not None and int(joined[2]) == plan.world_size:
+        seen = (
+            f"rank 0 waited in init_process_group, and {joined[1]} of the {joined[2]} ranks "
+            "joined it there"
+        )
+    elif unreached is not None:
+        seen = (
+            f"rank {getattr(error, 'rank', '?')} looked for the group at "
+            f"{unreached[1]}:{unreached[2]} and found no one there"
+        )
+    else:
         return None
     first, *rest = str(error).splitlines()
     at = [line.strip() for line in rest if line.strip().startswith("at ")][:1]
@@ -272,9 +285,7 @@ def _not_met(
         name,
         stage=GROUP,
         expected=f"all {plan.world_size} ranks to meet in init_process_group",
-        happened="\n".join([first, *at])
-        + f"\nrank 0 waited in init_process_group, and {joined[1]} of the {joined[2]} ranks "
-        "joined it there",
+        happened="\n".join([first, *at, seen]),
         fix=f"{_meeting_line(path)}: the ranks may be meeting at different addresses or ports: "
         "MASTER_ADDR and MASTER_PORT (or init_method) must be the same on every rank. "
         "What does each rank set them to?",
