@@ -194,3 +194,28 @@ def test_every_test_the_document_names_exists():
         if name not in functions:
             missing.append(f"{file}::{name}")
     assert missing == [], f"ARCHITECTURE.md names tests that do not exist: {missing}"
+
+
+def checks_described() -> tuple[list[str], set[str]]:
+    """What ARCHITECTURE.md's "What each check compares" names: entries, and every check named.
+
+    Each entry opens ``- **`check_name`** (`checks/module.py`...): what it
+    compares``; any other ``check_`` name in backticks counts as named too.
+    """
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    section = text.split("## What each check compares", 1)[1].split("\n## ", 1)[0]
+    entries = re.findall(r"^- \*\*`(check_\w+)`\*\*", section, flags=re.M)
+    return entries, set(re.findall(r"`(check_\w+)`", section))
+
+
+def test_every_check_says_what_it_compares():
+    from ddp_lesson.exercises import checks
+
+    existing = {name for name in dir(checks) if name.startswith("check_")}
+    entries, named = checks_described()
+    assert len(existing) > 20  # (the package's own list of checks was read)
+    repeated = sorted({name for name in entries if entries.count(name) > 1})
+    assert repeated == [], f"ARCHITECTURE.md describes these checks twice: {repeated}"
+    missing, gone = sorted(existing - set(entries)), sorted(named - existing)
+    assert missing == [], f"ARCHITECTURE.md ('What each check compares') omits: {missing}"
+    assert gone == [], f"ARCHITECTURE.md ('What each check compares') names gone checks: {gone}"

@@ -324,6 +324,9 @@ def test_check_sampler_prediction_passes_a_right_answer():
             "a model on the CPU has none",
             marks=pytest.mark.skipif(PLAN.device_type == "cuda", reason="right on GPUs"),
         ),
+        # the plain run on the CPU cannot tell these: a stand-in GPU per rank can
+        ("wrap_never_moved.py", "rank 0's model stayed where it was made, on the CPU"),
+        ("wrap_first_gpu_everywhere.py", "rank 1's model was sent to cuda:0, not to cuda:1"),
     ],
 )
 def test_check_wrap_fails_wrong_answers(answer, fragment):
@@ -332,8 +335,10 @@ def test_check_wrap_fails_wrong_answers(answer, fragment):
     assert fragment in str(result)
 
 
-def test_check_wrap_passes_a_right_answer():
-    assert checks.check_wrap(ANSWERS / "wrap_one_expression.py")
+@pytest.mark.parametrize("answer", ["wrap_one_expression.py", "wrap_selects_then_cuda.py"])
+def test_check_wrap_passes_a_right_answer(answer):
+    result = checks.check_wrap(ANSWERS / answer)
+    assert result, str(result)
 
 
 # -- fault finding: the MEDIUM exercise (06) and the suspects (07) -------------------

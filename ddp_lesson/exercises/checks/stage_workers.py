@@ -14,7 +14,7 @@ from pathlib import Path
 from ... import devices, launch, reports
 from ...stages import stage
 from ..probes import stage_workers as probes
-from . import base
+from . import base, placement
 from .base import Result, failed, graded, launch_checked, not_attempted, passed, quote
 
 SPAWNING = stage("spawning").title
@@ -385,8 +385,10 @@ def check_wrap(path: str | Path, *, reveal: bool = False) -> Result:
     rank (within :data:`SAME`), and the gradients equal to the reference's:
     rank 0's starting weights, each rank's gradient on its own batch,
     averaged over the ranks (within :data:`NEAR`). Any wrapper that does
-    this passes, a subclass of DDP included. ``reveal=True`` shows the line
-    that fixes a failure now, even on a first try.
+    this passes, a subclass of DDP included. Without GPUs, a second run gives
+    each rank a stand-in GPU, which the model must be sent to
+    (:func:`.placement.left_behind`). ``reveal=True`` shows the line that
+    fixes a failure now, even on a first try.
     """
     plan = devices.plan()
     name = "check_wrap"
@@ -401,6 +403,8 @@ def check_wrap(path: str | Path, *, reveal: bool = False) -> Result:
         wrong = _same_on_every_rank(name, got)
     if wrong is None:
         wrong = _near_reference(name, got)
+    if wrong is None:
+        wrong = placement.left_behind(name, base.worker_path(path), plan)
     if wrong is not None:
         return wrong
     return passed(

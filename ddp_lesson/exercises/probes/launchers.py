@@ -19,6 +19,7 @@ what the process became: its global rank, its device, its backend.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TypedDict
 
 import torch
@@ -123,8 +124,11 @@ def _simulated() -> bool:
     return _state["gpus"] > 0
 
 
-def _simulate_gpus(gpus: int) -> None:
-    """Make this process see ``gpus`` CUDA GPUs, without touching any."""
+def simulate_gpus(gpus: int) -> Callable[[], str]:
+    """Make this process see ``gpus`` CUDA GPUs, without touching any.
+
+    Returns what names the GPU ``set_device`` last chose (``"cuda:0"`` before any).
+    """
 
     def set_device(device) -> None:
         index = device if isinstance(device, int) else torch.device(device).index
@@ -137,6 +141,7 @@ def _simulate_gpus(gpus: int) -> None:
         ("set_device", set_device),
     ):
         torch_hooks.wrap(torch_hooks.point(torch.cuda, name), lambda torch_own, f=stand_in: f)
+    return lambda: (_seen["set_device"] or ["cuda:0"])[-1]
 
 
 @sends(SetupReport)
@@ -173,7 +178,7 @@ def on_node(rank: int, world_size: int, port: int, path: str, per_node: int) -> 
         TORCHELASTIC_MAX_RESTARTS="0",
         TORCHELASTIC_RUN_ID="check",
     )
-    _simulate_gpus(per_node)
+    simulate_gpus(per_node)
     _record_backend()
     worker = load(path)
     _observe(rank, worker, node)
@@ -183,10 +188,10 @@ def on_node(rank: int, world_size: int, port: int, path: str, per_node: int) -> 
 def script_on_gpus(rank: int, world_size: int, port: int, path: str) -> None:
     """Run a whole script's ``ddp_setup(rank, world_size, port)`` as if every rank had a GPU.
 
-    The GPUs are stand-ins (see :func:`_simulate_gpus`): what is recorded is
+    The GPUs are stand-ins (see :func:`simulate_gpus`): what is recorded is
     which device the script selects, and whether before its group.
     """
-    _simulate_gpus(world_size)
+    simulate_gpus(world_size)
     _record_backend()
     _seen["port"] = port
     worker = load(path)

@@ -1,0 +1,115 @@
+"""Where a learner's ``wrap`` puts the model when the rank is given a GPU (``05_ddp_wrap``).
+
+On a machine without GPUs every device is the CPU, where a model already
+is: a ``wrap`` that never moves the model passes the plain run. This probe
+gives each rank a stand-in GPU (``cuda:rank``, see
+:func:`.launchers.simulate_gpus`): ``Module.to`` and ``Module.cuda`` note the
+GPU asked for and keep the model on the CPU, and DDP leaves out
+``device_ids`` for the model the stand-in kept there. What is reported is
+the GPU the wrapped model was sent to, if any.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import torch
+from torch import nn
+
+from ... import group
+from ...launch import torch_hooks
+from ...reports import send_typed, sends
+from ...sources import load
+from .launchers import simulate_gpus
+
+
+class PlacementReport(TypedDict):
+    """What :func:`wrap_given_a_gpu` sends."""
+
+    rank: int
+    given: str  # the stand-in GPU wrap was given
+    asked: list[str]  # the GPUs the wrapped model was sent to, in order ("cuda": the current)
+    current: str  # the GPU ``torch.cuda.set_device`` last chose ("cuda:0" if never called)
+
+
+#: The GPUs each module was sent to, by the module's id (filled by the stand-ins).
+_asked: dict[int, list[str]] = {}
+
+
+def gpu_named(device: object) -> str | None:
+    """``"cuda:N"`` (or ``"cuda"``) when ``device`` names a GPU, else ``None``.
+
+    >>> gpu_named(1), gpu_named("cuda"), gpu_named(torch.device("cpu")), gpu_named(True)
+    ('cuda:1', 'cuda', None, None)
+    """
+    if isinstance(device, bool):
+        return None
+    if isinstance(device, int):
+        return f"cuda:{device}"
+    if isinstance(device, str | torch.device):
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError):
+            return None
+        if device.type == "cuda":
+            return "cuda" if device.index is None else f"cuda:{device.index}"
+    return None
+
+
+def _stand_in_placement() -> None:
+    """Make ``Module.to``/``Module.cuda`` note a GPU and stay on the CPU; DDP accept that."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    def module_to(torch_to):
+        def to(self, *args, **kwargs):
+            device = kwargs.get("device", args[0] if args else None)
+            asked = gpu_named(device)
+            if asked is None:
+                return torch_to(self, *args, **kwargs)
+            _asked.setdefault(id(self), []).append(asked)
+            rest = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking")}
+            return torch_to(self, *args[1:], **rest) if args[1:] or rest else self
+
+        return to
+
+    def module_cuda(torch_cuda):
+        def cuda(self, device=None):
+            _asked.setdefault(id(self), []).append("cuda" if device is None else gpu_named(device))
+            return self
+
+        return cuda
+
+    def ddp_init(torch_init):
+        def __init__(self, module, *args, **kwargs):
+            kwargs.pop("device_ids", None)  # the model the stand-in kept on the CPU has none
+            kwargs.pop("output_device", None)
+            args = (None, None, *args[2:])[: len(args)]  # device_ids, output_device: none
+            torch_init(self, module, *args, **kwargs)
+
+        return __init__
+
+    torch_hooks.wrap(torch_hooks.point(nn.Module, "to"), module_to)
+    torch_hooks.wrap(torch_hooks.point(nn.Module, "cuda"), module_cuda)
+    torch_hooks.wrap(torch_hooks.point(DistributedDataParallel, "__init__"), ddp_init)
+
+
+@sends(PlacementReport)
+def wrap_given_a_gpu(rank: int, world_size: int, port: int, path: str) -> None:
+    """Call the learner's ``wrap(model, rank, cuda:rank)`` with stand-in GPUs; report where to."""
+    from ...models import NeuralNetwork
+
+    worker = load(path)
+    group.join(rank, world_size, port)  # on the CPU, before the stand-ins
+    try:
+        chosen = simulate_gpus(world_size)
+        _stand_in_placement()
+        given = torch.device(f"cuda:{rank}")
+        model = NeuralNetwork()
+        wrapped = worker.wrap(model, rank, given)
+        inner = getattr(wrapped, "module", wrapped)
+        asked = _asked.get(id(inner)) or _asked.get(id(model)) or []
+        send_typed(PlacementReport(
+            rank=rank, given=str(given), asked=list(asked), current=chosen()
+        ))  # fmt: skip
+    finally:
+        group.leave()
