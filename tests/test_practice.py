@@ -241,6 +241,16 @@ def test_check_unused_fails_wrong_answers(answer, fragment):
     assert_fails(checks.check_unused(answer), SYNCING, fragment)
 
 
+def test_check_unused_never_passes_an_empty_answer_when_ddp_named_nothing(monkeypatch):
+    from ddp_lesson.exercises.checks import debugging
+
+    # a torch whose error the check cannot read: nothing expected, so nothing may pass
+    monkeypatch.setattr(debugging.base, "launch_probe", lambda *a: ([{"named": [[], []]}], None))
+    result = checks.check_unused(lambda model, loss: [])
+    assert result.status == checks.FAILED, str(result)
+    assert "DDP's error named none" in result.happened, str(result)
+
+
 def test_check_unused_says_positions_are_the_right_parameters_without_naming_them():
     result = checks.check_unused(unused_positions)
     assert "they are the right parameters, counted in the parameters that train" in (
