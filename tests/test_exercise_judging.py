@@ -195,6 +195,11 @@ def test_a_group_released_only_when_nothing_raises_fails():
     assert "dist.destroy_process_group()" in result.fix, str(result)
 
 
+def test_an_error_caught_and_not_raised_again_fails():
+    result = checks.check_ddp_script(ANSWERS / "script_error_swallowed.py")
+    assert_fails(result, TEARDOWN, "the error was caught and not raised again")
+
+
 @SEVERAL
 def test_every_rank_logging_fails_at_the_line_that_logs():
     result = checks.check_ddp_script(ANSWERS / "script_every_rank_logs.py")

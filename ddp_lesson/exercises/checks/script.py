@@ -396,6 +396,19 @@ def _released_after_error(
         fix="main: the line the error names",
     )  # fmt: skip
     kept = [r["rank"] for r in got if not r["released"]]
+    swallowed = [r["rank"] for r in got if not r["raised"]]
+    if swallowed and not kept:
+        return failed(
+            NAME,
+            stage=TEARDOWN,
+            expected="main to release the group and let the error go on to mp.spawn",
+            happened=f"the check raised an error after rank {swallowed[0]}'s first "
+            "optimizer.step(); the group was released, but main returned normally: the error "
+            "was caught and not raised again, so mp.spawn would report a failed run as a "
+            "success",
+            fix="main: an except that catches the error must raise it again (or use "
+            "try: ... finally: alone)",
+        )
     if kept:
         where = first_call_at(tree, lines, "destroy_process_group")
         return failed(
@@ -403,8 +416,9 @@ def _released_after_error(
             stage=TEARDOWN,
             expected="the group released at the end, even after an error",
             happened=f"the check raised an error after rank {kept[0]}'s first "
-            f"optimizer.step(); main "
-            f"ended with the error, and rank {kept[0]}'s group had not been released",
+            "optimizer.step(); main "
+            + ("ended with the error" if kept[0] not in swallowed else "returned")
+            + f", and rank {kept[0]}'s group had not been released",
             fix=(where or "main") + ": does it run when training raises? (try: ... finally:)",
             answer="the training inside try:, destroy_process_group() in its finally:",
         )
