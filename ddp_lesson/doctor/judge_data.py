@@ -427,6 +427,26 @@ def _difference(mine: dict, theirs: dict) -> str:
     return ""
 
 
+def _same_items_elsewhere(mine: dict, theirs: dict) -> tuple[int, int] | None:
+    """How many of ``mine``'s items ``theirs`` holds too, and of how many, when that is at
+    least a quarter of them (another order or selection of the same items); else None.
+
+    Data sets drawn at random on each rank share no item; a split or shuffle
+    of one source made differently on each rank shares most of them.
+
+    >>> _same_items_elsewhere({"every": list("abcd")}, {"every": list("dcbx")})
+    (3, 4)
+    >>> _same_items_elsewhere({"every": list("abcd")}, {"every": list("wxyz")}) is None
+    True
+    """
+    one, other = mine.get("every") or [], theirs.get("every") or []
+    if not one or not other:
+        return None
+    held = set(other)
+    shared = sum(item in held for item in one)
+    return (shared, len(one)) if 4 * shared >= len(one) else None
+
+
 def _seeded_apart(mine, theirs, loader: int) -> tuple[str, int | None]:
     """The first seed the two ranks gave differently before building ``loader``, and its
     line; ("", None) if none."""
@@ -448,8 +468,10 @@ def _compare_data_sets(ranks, shown) -> list[str]:
     """Note a training loader whose DistributedSampler divides a different data set per rank.
 
     A FAULT when the ranks seeded a random generator differently before
-    building it; data that differ from a generator no line seeded (PyTorch's
-    own examples make their toy data so) only add a remark to what was fine.
+    building it, or when they hold the same items in other orders or
+    selections (a split or shuffle made apart on each rank); data drawn at
+    random on each rank from a generator no line seeded (PyTorch's own
+    examples make their toy data so) only add a remark to what was fine.
     """
     trained = {e["loader"] for r in ranks for e in r.loaders if e["trained"]}
     records = {r.rank: r for r in ranks}
@@ -467,6 +489,19 @@ def _compare_data_sets(ranks, shown) -> list[str]:
                 continue
             apart = f"rank {first}'s and rank {rank}'s data sets {where}"
             seeded, line = _seeded_apart(records[first], records[rank], loader)
+            shared = _same_items_elsewhere(mine, theirs)
+            if not seeded and shared:
+                text = (
+                    f"the ranks built different data sets ({apart.replace(' data sets', '')}) "
+                    f"out of the same items (rank {rank}'s holds {shared[0]} of rank {first}'s "
+                    f"{shared[1]}), so the parts the DistributedSampler "
+                    "gives the ranks overlap and leave items out; every rank must build the "
+                    "same data set: make any random split or shuffle of it the same on every "
+                    "rank (a fixed seed or random_state), or make it once before the "
+                    "processes start"
+                )
+                note_shown(shown, "data_division", text, mine.get("line"))
+                break
             if not seeded:
                 remarks.append(
                     f"{apart} (random data no line seeded): seed it the same on every rank "

@@ -123,31 +123,59 @@ def subset_of(dataset: object) -> dict:
     return {"base": dataset_prints(dataset.dataset), "positions": positions}
 
 
+#: The most items of a data set :func:`dataset_prints` fingerprints all of (``"every"``),
+#: and the seconds it may spend on them (a data set read from files stops early).
+EVERY_ITEM_MAX, EVERY_ITEM_S = 4096, 1.0
+
+
 def dataset_prints(dataset: object) -> dict:
-    """``{"size", "items"}``: the data set's length and a fingerprint of a few of its items.
+    """``{"size", "items", "every"}``: the data set's length and fingerprints of its items.
 
     ``items`` maps a position (first, quarters, last) to its item's
     fingerprint, or to None when two reads of it differ (random
-    augmentation): only what is stable can tell data sets apart. The random
+    augmentation): only what is stable can tell data sets apart. ``every``
+    holds a short fingerprint of each item in order, for a data set of at
+    most :data:`EVERY_ITEM_MAX` items whose stable positions read the same
+    twice (cut short after :data:`EVERY_ITEM_S`): it tells the same items
+    in another order or selection from items of their own. The random
     generators are left as they were, so the learner's run is unchanged.
     """
     try:
         size = len(dataset)
     except (TypeError, NotImplementedError):
-        return {"size": None, "items": {}}
+        return {"size": None, "items": {}, "every": []}
     items: dict[str, str | None] = {}
-    state = random.getstate()
+    every: list[str] = []
+    numpy = sys.modules.get("numpy")
+    state, numpy_state = random.getstate(), numpy.random.get_state() if numpy else None
     try:
         with torch.random.fork_rng(devices=[]):
             for at in sorted({0, size // 4, size // 2, 3 * size // 4, size - 1} if size else ()):
                 first, again = (fingerprint(tensors_in(dataset[at]) or [dataset[at]])
                                 for _ in range(2))  # fmt: skip
                 items[str(at)] = first if first == again else None
+            if size <= EVERY_ITEM_MAX and items and None not in items.values():
+                every = _every_item(dataset, size)
     except Exception:  # an item that cannot be read here: no fingerprint, no verdict
-        items = {}
+        items, every = {}, []
     finally:
         random.setstate(state)
-    return {"size": size, "items": items}
+        if numpy_state is not None:
+            numpy.random.set_state(numpy_state)
+    return {"size": size, "items": items, "every": every}
+
+
+def _every_item(dataset, size: int) -> list[str]:
+    """A short fingerprint of each item, in order, for as long as :data:`EVERY_ITEM_S` allows."""
+    import time
+
+    end = time.monotonic() + EVERY_ITEM_S
+    every = []
+    for at in range(size):
+        if time.monotonic() > end:
+            break
+        every.append(fingerprint(tensors_in(dataset[at]) or [dataset[at]])[:8])
+    return every
 
 
 def recorded_next_index(original):

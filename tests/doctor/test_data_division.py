@@ -45,6 +45,12 @@ SAYS = {
     "shuffled_per_rank": (
         ["the ranks built different data sets", "seeded random.Random with 0"], []
     ),
+    "split_apart": (
+        ["the ranks built different data sets", "out of the same items",
+         "overlap and leave items out", "the same on every rank"],
+        ["no line seeded"],
+    ),
+    "split_together": (["each rank iterated its own 24 of 48 training items"], ["differ"]),
     # toy data from an unseeded generator (PyTorch's examples): remarked on, not a fault
     "unseeded_random": (["its own 40 of 80", "data sets differ at item 0", "no line seeded"], []),
 }
