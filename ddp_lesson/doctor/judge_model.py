@@ -119,7 +119,7 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if len(wrapped) > 1 and all(ids) and len(set(ids)) == 1:
         add(
             f"every rank wrapped its model with device_ids={list(ids[0])}: the ids must "
-            "follow the rank (device_ids=[rank])",
+            "follow the process's local rank (device_ids=[local_rank])",
             wrapped[0].ddp[0]["line"],
         )
     again = _wrapped_again(wrapped)
@@ -305,7 +305,9 @@ def _one_gpu(ranks: list[ProcessRecord], stand_in: bool) -> tuple[str, int] | No
     put = f"asked for {gpus[0]} for its model" if stand_in else f"put its model on {gpus[0]}"
     return (
         f"every rank {put}: one GPU does all the work while the others idle (or run "
-        "out of memory); use model.to(rank)",
+        "out of memory); give each process the GPU of its local rank (the rank mp.spawn "
+        "passes, or int(os.environ['LOCAL_RANK']) under torchrun): "
+        "model.to(f'cuda:{local_rank}')",
         line,
     )
 
