@@ -26,6 +26,8 @@ from ddp_lesson.stages import stage
 ROOT = Path(__file__).resolve().parent.parent
 ANSWERS = Path(__file__).resolve().parent / "exercise_answers"
 PLAN = devices.plan()
+#: What a machine without a GPU per rank judges on stand-in GPUs (with GPUs, on real ones).
+ON_CPU = pytest.mark.skipif(PLAN.device_type == "cuda", reason="judged on real GPUs there")
 STARTING, CONNECTING, SPLITTING, SYNCING, TEARDOWN = (
     stage(key).title
     for key in ("spawning", "process_group", "data_division", "model_wrapping", "teardown")
@@ -235,6 +237,15 @@ def test_a_multiple_choice_check_keeps_the_right_letter_back_at_first():
         ),
         ("pg_every_rank_zero.py", CONNECTING, "", 15),
         ("pg_no_destroy.py", "teardown", "must be released", 15),
+        # right on this machine: given a GPU per rank (stand-ins), they are not
+        pytest.param(
+            "pg_gpu_never_selected.py", CONNECTING, "(given a GPU of its own, a stand-in) "
+            "selected nothing", 15, marks=ON_CPU,
+        ),
+        pytest.param(
+            "pg_gloo_everywhere.py", CONNECTING, "asked init_process_group for 'gloo'", 15,
+            marks=ON_CPU,
+        ),
     ],
 )
 def test_check_process_group_fails_wrong_answers(answer, stage, fragment, deadline_s, monkeypatch):
@@ -246,8 +257,10 @@ def test_check_process_group_fails_wrong_answers(answer, stage, fragment, deadli
     assert fragment in str(result)
 
 
-def test_check_process_group_passes_a_right_answer():
-    assert checks.check_process_group(ANSWERS / "pg_tcp_init_method.py")
+@pytest.mark.parametrize("answer", ["pg_tcp_init_method.py", "pg_reference_rewritten.py"])
+def test_check_process_group_passes_a_right_answer(answer):
+    result = checks.check_process_group(ANSWERS / answer)
+    assert result, str(result)
 
 
 def test_check_of_a_missing_file_says_which_cell_to_run(tmp_path):
@@ -630,7 +643,9 @@ def train_arguments(argv):
 @pytest.mark.parametrize(
     ("old", "new", "words"),
     [
-        ("--ntasks-per-node 1", "--ntasks-per-node 2", "ntasks-per-node=1 is missing"),
+        ("--ntasks-per-node 1", "--ntasks-per-node 2", "srun would start 2 torchruns on each"),
+        ("--ntasks-per-node 1", "--ntasks 2", "--ntasks-per-node=1 is missing"),
+        ("srun torchrun", "srun --ntasks-per-node=3 torchrun", "would start 3 torchruns"),
         ("--gpus-per-node a100:2", "--gpus-per-node a100:4", "not one rank per GPU"),
         ("--nnodes ${SLURM_NNODES}", "--nnodes 2", "not the allocation's --nodes"),
         ("--epochs 3", "--epochs three", "rejects its arguments"),
@@ -675,6 +690,27 @@ def test_check_slurm_wants_a_fresh_store_when_torchrun_may_restart(tmp_path, fre
     assert bool(result) == passes, str(result)
     if not passes:
         assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in result.happened, str(result)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # one task per node said on the srun line instead of in #SBATCH
+        ("#SBATCH --ntasks-per-node 1   # one torchrun per node\n", ""),
+        # as many tasks as nodes: one on each
+        ("--ntasks-per-node 1 ", "--ntasks 3 "),
+    ],
+)
+def test_check_slurm_takes_one_task_per_node_however_it_is_said(tmp_path, old, new):
+    text = (ANSWERS / "slurm_right_spaced.slurm").read_text()
+    assert text.count(old) == 1
+    text = text.replace(old, new)
+    if not new:
+        text = text.replace("srun torchrun", "srun --ntasks-per-node=1 torchrun")
+    path = tmp_path / "job.slurm"
+    path.write_text(text)
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert result, str(result)
 
 
 def test_check_slurm_takes_the_node_count_under_either_of_slurms_names(tmp_path):
@@ -844,7 +880,7 @@ def test_check_hooks_names_handles_of_earlier_steps_kept_and_waited_for_again():
          "which every rank here seeds alike",
          "DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))"),
         ("check_evaluate", "practice_evaluate_sampler_indices.py",
-         "split the test set without padding",
+         "Every image must be in exactly one part",
          "Subset(test_dataset, range(rank, len(test_dataset), world_size))"),
         ("check_checkpoint", "checkpoint_no_barrier_buffered.py",
          "nothing made the other ranks wait", "barrier() after the save, outside the `if`"),

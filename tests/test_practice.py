@@ -164,6 +164,8 @@ def test_check_accumulate_of_a_stub_or_missing_file_is_not_attempted(tmp_path):
         ("practice_seeds_fixed_order.py", "another seed, another order"),
         ("practice_seeds_rank_times_seed.py", "the same noise from a loader built with seed"),
         ("practice_seeds_in_the_rank.py", "loaded in the rank's own process"),
+        # its noise is the same on every rank because no worker draws it: say that
+        ("practice_seeds_generator_without_workers.py", "loaded in the rank's own process"),
     ],
 )
 def test_check_seeds_fails_wrong_answers(answer, fragment):
@@ -181,6 +183,12 @@ def test_check_seeds_passes_a_right_answer():
         ("practice_evaluate_local.py", CONNECTING, "on 359 test images, per rank:"),
         ("practice_evaluate_sampler.py", SPLITTING, "went through the model more than once"),
         ("practice_evaluate_mean.py", CONNECTING, "the mean of the ranks' accuracies"),
+        pytest.param(
+            "practice_evaluate_one_rank_broadcasts.py",
+            SPLITTING,
+            "rank 1 gave the model none of them",
+            marks=SEVERAL_RANKS,
+        ),
         # gloo's own time limit ends rank 0's wait: the check still says where to look
         pytest.param(
             "practice_evaluate_rank0_sums.py",
@@ -192,6 +200,13 @@ def test_check_seeds_passes_a_right_answer():
 )
 def test_check_evaluate_fails_wrong_answers(answer, stage_title, fragment):
     assert_fails(checks.check_evaluate(ANSWERS / answer), stage_title, fragment)
+
+
+@SEVERAL_RANKS
+def test_check_evaluate_says_which_images_overlap_without_naming_a_sampler_never_used():
+    result = checks.check_evaluate(ANSWERS / "practice_evaluate_edges_overlap.py")
+    assert_fails(result, SPLITTING, "1 image(s) went through the model more than once")
+    assert "DistributedSampler" not in result.happened, str(result)
 
 
 def test_check_evaluate_passes_a_right_answer():

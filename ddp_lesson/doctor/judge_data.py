@@ -6,14 +6,15 @@ rank saw, and epochs that repeat one order (``set_epoch`` never called,
 called with one value, or called too late), else what each rank iterated.
 For an ``IterableDataset``, the items its loader yielded: the same items
 on several ranks, or several times on one rank (loader workers that each
-stream the same records). And whether the ranks built the same data set
-for a ``DistributedSampler`` to divide.
+stream the same records). Whether the ranks built the same data set for a
+``DistributedSampler`` to divide is :mod:`.judge_data_sets`' question.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+from .judge_data_sets import by_loader, compare_data_sets, difference
 from .judge_evidence import Judged, Shown, note_shown
 
 #: Words of every finding that the ranks' loaders give different numbers of batches.
@@ -108,7 +109,7 @@ def data_verdict(ranks) -> Judged:
     shown: list[Shown] = []  # (the helpers below add what they find)
     disproved: list[str] = []
     notes = _index_notes(ranks, shown, disproved) + _stream_notes(ranks, shown)
-    remarks = _compare_data_sets(ranks, shown)
+    remarks = compare_data_sets(ranks, shown)
     said = dict.fromkeys(notes + remarks)  # (a loader built anew each epoch says it each time)
     fine = {"data_division": "; ".join(said)} if notes else {}
     return Judged(tuple(shown), tuple(fine.items()), disproved=tuple(disproved))
@@ -116,16 +117,16 @@ def data_verdict(ranks) -> Judged:
 
 def _own_data_sets(ranks, loader: int) -> bool:
     """Whether the ranks' data sets behind ``loader`` differ (each holds a shard of its own)."""
-    built = [entries[0] for entries in _by_loader(ranks, "datasets").get(loader, {}).values()]
-    return len(built) > 1 and any(_difference(built[0], other) for other in built[1:])
+    built = [entries[0] for entries in by_loader(ranks, "datasets").get(loader, {}).values()]
+    return len(built) > 1 and any(difference(built[0], other) for other in built[1:])
 
 
 def _subsets_overlap(ranks, loader: int) -> str | None:
     """The fault of ranks whose Subsets of one data set share items or leave some out."""
-    built = [entries[0] for entries in _by_loader(ranks, "datasets").get(loader, {}).values()]
+    built = [entries[0] for entries in by_loader(ranks, "datasets").get(loader, {}).values()]
     if len(built) < 2 or any("positions" not in b for b in built):
         return None
-    if any(_difference(built[0]["base"], b["base"]) for b in built[1:]):
+    if any(difference(built[0]["base"], b["base"]) for b in built[1:]):
         return None  # subsets of different data sets: nothing to compare by position
     sets = [set(b["positions"]) for b in built]
     shared = set().union(*(a & b for i, a in enumerate(sets) for b in sets[i + 1 :]))
@@ -194,6 +195,13 @@ def _padded(first: list[dict], shared: set[int], size, ranks: int) -> bool:
     )
 
 
+def _seeds_apart(first: list[dict]) -> bool:
+    """True when the ranks' DistributedSamplers were given different shuffle seeds."""
+    seeds = [e.get("seed") for e in first]
+    shuffled = all(e.get("shuffle") for e in first)
+    return shuffled and None not in seeds and len(set(seeds)) > 1
+
+
 def _overlap_text(first: list[dict], shared: set[int]) -> str:
     """What the ranks' overlapping training shards were: the whole data set each, or a part."""
     size, sampler = first[0]["size"], first[0]["sampler"]
@@ -203,7 +211,15 @@ def _overlap_text(first: list[dict], shared: set[int]) -> str:
             f"(overlap between ranks {100 * len(shared) // max(size or 1, 1)}%, "
             f"sampler: {sampler})"
         )
-    return f"{len(shared)} training items went to more than one rank (sampler: {sampler})"
+    said = f"{len(shared)} training items went to more than one rank (sampler: {sampler})"
+    if _seeds_apart(first):
+        given = ", ".join(f"rank {at}: {e['seed']}" for at, e in enumerate(first))
+        said += (
+            f": the ranks gave their DistributedSamplers different seeds ({given}), so each "
+            "shuffled the data set its own way before taking its part, and the parts overlap; "
+            "give every rank the same seed (it is the shuffle's seed, not the rank's)"
+        )
+    return said
 
 
 def _padded_text(line, counts: list[int], size, shared: set[int]) -> str:
@@ -245,13 +261,16 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
         shared = _overlap([e["indices"] for e in first])
         counts = [len(e["indices"]) for e in first]
         padded = _padded(first, shared, size, len(per_rank))
-        if trained and shared and not padded:
-            note_shown(shown, "data_division", _overlap_text(first, shared), line)
+        unseen = _unseen(first, len(ranks))
+        # a padding's few repeats beside many items unseen: the unseen items are the fault
+        if trained and shared and not padded and not (unseen and len(shared) < len(first)):
+            seeded = _seeds_apart(first)  # then the sampler's line owns the fix
+            at = first[0].get("sampler_line") if seeded else None
+            note_shown(shown, "data_division", _overlap_text(first, shared), at or line)
             continue
         if not trained and padded:
             note_shown(shown, "data_division", _padded_text(line, counts, size, shared), line)
             continue
-        unseen = _unseen(first, len(ranks))
         if trained and unseen:
             note_shown(shown, "data_division", _unseen_text(first, unseen, len(ranks)),
                  first[0].get("sampler_line") or line)  # fmt: skip
@@ -323,7 +342,7 @@ def _shares_text(
 
     ``known``: the sampler is torch's own, whose ``shuffle`` says whether it shuffles.
     """
-    text = f"each rank iterated its own {count} of {size} training items" + (
+    text = f"each rank's sampler gave it its own {count} of {size} training items" + (
         f" ({len(shared)} repeated as padding)" if shared else ", no overlap"
     )
     if epochs > 1:
@@ -334,15 +353,6 @@ def _shares_text(
             + (" (shuffle=False)" if known else "")
         )
     return text
-
-
-def _by_loader(ranks, key: str) -> dict[int, dict[int, list[dict]]]:
-    """Each process's entries under ``key`` by loader number, then by rank."""
-    groups: dict[int, dict[int, list[dict]]] = {}
-    for r in ranks:
-        for entry in getattr(r, key):
-            groups.setdefault(entry["loader"], {}).setdefault(r.rank, []).append(entry)
-    return groups
 
 
 def _split_fix(workers: int) -> str:
@@ -374,7 +384,7 @@ def _repeated_text(rank: int, entry: dict, counts: Counter) -> str:
 def _stream_notes(ranks, shown) -> list[str]:
     """The items each rank's IterableDataset loaders yielded: faults noted, else what was fine."""
     notes = []
-    for per_rank in _by_loader(ranks, "streams").values():
+    for per_rank in by_loader(ranks, "streams").values():
         if not any(e["trained"] for entries in per_rank.values() for e in entries):
             continue  # a look at a batch, or an evaluation: no training data
         first = {
@@ -415,105 +425,3 @@ def _stream_notes(ranks, shown) -> list[str]:
                    else "no item twice")
             )  # fmt: skip
     return notes
-
-
-def _difference(mine: dict, theirs: dict) -> str:
-    """How two ranks' data sets differ, as their fingerprints show; "" if they do not."""
-    if mine["size"] != theirs["size"]:
-        return f"have {mine['size']} and {theirs['size']} items"
-    for at in sorted(set(mine["items"]) & set(theirs["items"]), key=int):
-        if mine["items"][at] and theirs["items"][at] and mine["items"][at] != theirs["items"][at]:
-            return f"differ at item {at}"
-    return ""
-
-
-def _same_items_elsewhere(mine: dict, theirs: dict) -> tuple[int, int] | None:
-    """How many of ``mine``'s items ``theirs`` holds too, and of how many, when that is at
-    least a quarter of them (another order or selection of the same items); else None.
-
-    Data sets drawn at random on each rank share no item; a split or shuffle
-    of one source made differently on each rank shares most of them.
-
-    >>> _same_items_elsewhere({"every": list("abcd")}, {"every": list("dcbx")})
-    (3, 4)
-    >>> _same_items_elsewhere({"every": list("abcd")}, {"every": list("wxyz")}) is None
-    True
-    """
-    one, other = mine.get("every") or [], theirs.get("every") or []
-    if not one or not other:
-        return None
-    held = set(other)
-    shared = sum(item in held for item in one)
-    return (shared, len(one)) if 4 * shared >= len(one) else None
-
-
-def _seeded_apart(mine, theirs, loader: int) -> tuple[str, int | None]:
-    """The first seed the two ranks gave differently before building ``loader``, and its
-    line; ("", None) if none."""
-    def before(r):
-        return [s for s in r.seeds if s["loaders"] < loader]
-
-    for a, b in zip(before(mine), before(theirs), strict=False):
-        if (a["call"], a["value"]) != (b["call"], b["value"]):
-            return (
-                f"; before building it rank {mine.rank} seeded {a['call']} with {a['value']} "
-                f"(line {a['line']}) and rank {theirs.rank} {b['call']} with {b['value']} "
-                f"(line {b['line']})",
-                a["line"],
-            )
-    return "", None
-
-
-def _compare_data_sets(ranks, shown) -> list[str]:
-    """Note a training loader whose DistributedSampler divides a different data set per rank.
-
-    A FAULT when the ranks seeded a random generator differently before
-    building it, or when they hold the same items in other orders or
-    selections (a split or shuffle made apart on each rank); data drawn at
-    random on each rank from a generator no line seeded (PyTorch's own
-    examples make their toy data so) only add a remark to what was fine.
-    """
-    trained = {e["loader"] for r in ranks for e in r.loaders if e["trained"]}
-    records = {r.rank: r for r in ranks}
-    remarks = []
-    for loader, per_rank in _by_loader(ranks, "datasets").items():
-        built = {rank: entries[0] for rank, entries in sorted(per_rank.items())}
-        if loader not in trained or len(built) < 2:
-            continue
-        if any(e["sampler"] != "DistributedSampler" for e in built.values()):
-            continue  # without the sampler a rank may hold a shard of its own
-        (first, mine), *others = built.items()
-        for rank, theirs in others:
-            where = _difference(mine, theirs)
-            if not where:
-                continue
-            apart = f"rank {first}'s and rank {rank}'s data sets {where}"
-            seeded, line = _seeded_apart(records[first], records[rank], loader)
-            shared = _same_items_elsewhere(mine, theirs)
-            if not seeded and shared:
-                text = (
-                    f"the ranks built different data sets ({apart.replace(' data sets', '')}) "
-                    f"out of the same items (rank {rank}'s holds {shared[0]} of rank {first}'s "
-                    f"{shared[1]}), so the parts the DistributedSampler "
-                    "gives the ranks overlap and leave items out; every rank must build the "
-                    "same data set: make any random split or shuffle of it the same on every "
-                    "rank (a fixed seed or random_state), or make it once before the "
-                    "processes start"
-                )
-                note_shown(shown, "data_division", text, mine.get("line"))
-                break
-            if not seeded:
-                remarks.append(
-                    f"{apart} (random data no line seeded): seed it the same on every rank "
-                    "if they are to divide one data set"
-                )
-                break
-            text = (
-                f"the ranks built different data sets ({apart.replace(' data sets', '')})"
-                f"{seeded}; every rank must build the same data set, and the "
-                "DistributedSampler then gives each its part: seed the data's generation the "
-                "same on every rank (one seed, not the rank), and any shuffle of it too"
-            )
-            note_shown(shown, "data_division", text, line)
-            break
-    return remarks

@@ -100,7 +100,34 @@ def parting_cause(ranks: list[ProcessRecord]) -> Cause | None:
         return _changed_gradients(ranks, spans, before, now)
     if kind == "step":
         return _stepped_apart([rank_of(r) for r in ranks], before, now)
+    if kind == "backward":
+        return _stepped_unsynced(ranks, lines, k)
     return None
+
+
+def _stepped_unsynced(ranks, lines, k: int) -> Cause | None:
+    """Gradients apart after a backward inside ``no_sync()``, with a step next: never averaged.
+
+    Inside ``no_sync()`` a backward keeps its gradients on its rank (the
+    accumulation's micro-batches); a step must follow a backward outside it,
+    whose all-reduce averages the sum. A step right after an unsynced
+    backward moves each rank by gradients of its own.
+    """
+    forward = [t[k - 1][1] for t in lines]
+    after = [t[k + 1][1] if k + 1 < len(t) else None for t in lines]
+    if forward[0]["event"] != "forward" or forward[0].get("synced", True):
+        return None
+    if any(e is None or e["event"] != "before_step" for e in after):
+        return None  # another backward comes first: accumulation, as it should be
+    backward, step = lines[0][k][1]["line"], after[0]["line"]
+    return Cause(
+        f"optimizer.step() (line {step}) came right after a backward (line {backward}) of a "
+        f"forward pass inside model.no_sync() (line {forward[0]['line']}): that backward's "
+        "gradients were never averaged, so each rank stepped with gradients of its own. "
+        "Inside no_sync() go all micro-batches but the last; the last, the one right "
+        "before the step, must run outside it",
+        forward[0]["line"],
+    )
 
 
 def _changed_parameters(ranks, spans, before, now) -> Cause:

@@ -235,8 +235,8 @@ def _parted_later(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
                     "on every rank"
                 )
             return (
-                f"the ranks' parameters were identical before optimizer step {k + 1} and "
-                f"apart after it: {why}",
+                f"the ranks' parameters were identical before optimizer step {k + 1} of the "
+                f"doctor's short run (a few batches per epoch) and apart after it: {why}",
                 line,
             )
     return None
@@ -304,8 +304,9 @@ def _one_gpu(ranks: list[ProcessRecord], stand_in: bool) -> tuple[str, int] | No
     line = next(p["line"] for p in ranks[0].placements if p["asked"] != "cpu")
     put = f"asked for {gpus[0]} for its model" if stand_in else f"put its model on {gpus[0]}"
     return (
-        f"every rank {put}: one GPU does all the work while the others idle (or run "
-        "out of memory); give each process the GPU of its local rank (the rank mp.spawn "
+        f"every rank {put}: NCCL refuses two ranks on one GPU (\"Duplicate GPU "
+        "detected\"), and with any backend that GPU would hold every rank's model while "
+        "the others idle; give each process the GPU of its local rank (the rank mp.spawn "
         "passes, or int(os.environ['LOCAL_RANK']) under torchrun): "
         "model.to(f'cuda:{local_rank}')",
         line,

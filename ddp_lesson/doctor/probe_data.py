@@ -212,6 +212,7 @@ def begin_epoch(iterator) -> None:
         "sampler_line": getattr(sampler, "_doctor_line", None),
         "sampler_id": id(sampler),
         "replicas": getattr(sampler, "num_replicas", None),
+        "seed": _seed_of(sampler),
         "shuffle": bool(shuffle),
         "epoch": getattr(sampler, "epoch", None),
         "indices": flat,
@@ -223,6 +224,12 @@ def begin_epoch(iterator) -> None:
     record.loaders.append(entry)
     process_state["epoch"] = entry
     save_record()
+
+
+def _seed_of(sampler: object) -> int | None:
+    """A DistributedSampler's shuffle seed (None for another sampler, or a seed not an int)."""
+    seed = getattr(sampler, "seed", None) if isinstance(sampler, DistributedSampler) else None
+    return seed if isinstance(seed, int) else None
 
 
 def begin_stream(iterator) -> None:

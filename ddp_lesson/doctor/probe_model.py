@@ -194,6 +194,8 @@ def stand_in_batchnorm(module: torch.nn.Module) -> int:
 def ddp_forward(original):
     def forward(self, *args, **kwargs):
         thread_local.in_ddp = getattr(thread_local, "in_ddp", 0) + 1
+        # (False inside no_sync(): the backward of this forward exchanges nothing)
+        thread_local.synced = bool(getattr(self, "require_backward_grad_sync", True))
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -224,7 +226,7 @@ def count_forward(module, inputs) -> None:
     forwards = process_state["record"].forwards
     if in_ddp:
         forwards["wrapped"] += 1
-        note_event("forward", learner_line(3))
+        note_event("forward", learner_line(3), synced=getattr(thread_local, "synced", True))
     else:
         forwards["raw"] += 1
         forwards["raw_line"] = forwards["raw_line"] or learner_line(3)

@@ -41,16 +41,25 @@ SAYS = {
          "seed the data's generation the same on every rank"],
         [],
     ),
-    "seeded_same": (["each rank iterated its own 40 of 80 training items"], ["differ"]),
+    "seeded_same": (["each rank's sampler gave it its own 40 of 80 training items"], ["differ"]),
     "shuffled_per_rank": (
         ["the ranks built different data sets", "seeded random.Random with 0"], []
+    ),
+    "replicas_from_config": (
+        ["never seen by any rank", "num_replicas=4 for a world of 2"],
+        ["went to more than one rank"],
+    ),
+    "sampler_seeded_per_rank": (
+        ["went to more than one rank", "different seeds (rank 0: 3, rank 1: 4)",
+         "give every rank the same seed"],
+        [],
     ),
     "split_apart": (
         ["the ranks built different data sets", "out of the same items",
          "overlap and leave items out", "the same on every rank"],
         ["no line seeded"],
     ),
-    "split_together": (["each rank iterated its own 24 of 48 training items"], ["differ"]),
+    "split_together": (["each rank's sampler gave it its own 24 of 48 training items"], ["differ"]),
     # toy data from an unseeded generator (PyTorch's examples): remarked on, not a fault
     "unseeded_random": (["its own 40 of 80", "data sets differ at item 0", "no line seeded"], []),
 }

@@ -34,6 +34,8 @@ SAYS = {
                        "outside the optimiser's step"], False),
     "lr_per_rank": (["the ranks' optimisers differ (rank 0 lr=0.01, rank 1 lr=0.02)",
                      "same settings on every rank"], False),
+    "no_sync_last": (["came right after a backward", "inside model.no_sync()",
+                      "never averaged", "must run outside it"], False),
     "same_everywhere": (["parameters identical on every rank after 3 step(s)"], False),
 }
 

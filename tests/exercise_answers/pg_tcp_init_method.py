@@ -5,14 +5,14 @@ import torch.distributed as dist
 
 def ddp_setup(rank, world_size, port):
     backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
     dist.init_process_group(
         backend=backend,
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world_size,
     )
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
 
 
 def cleanup():

@@ -111,7 +111,9 @@ def _exchanges_wrong(exchanges: float, k: int, ranks_gap: float) -> Result | Non
             expected="one all-reduce of the gradients, in the last backward",
             happened="DDP's own gradient exchange never ran: every backward was inside no_sync()"
             + (f"; the ranks' weights now differ by up to {ranks_gap:.3g}" if ranks_gap else ""),
-            fix="leave the last micro-batch's backward outside model.no_sync()",
+            fix="accumulate_step's loop: which backward must DDP's all-reduce run in, and is "
+            "that one outside model.no_sync()?",
+            answer=ONE_EXCHANGE,
         )
     if exchanges > 1:
         return failed(

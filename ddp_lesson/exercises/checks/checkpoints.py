@@ -249,8 +249,10 @@ def _resumed(got: list[probes.TrainReport], reference: list, saved: int | None) 
             stage=MODEL,
             expected="the resumed model equal to the run that never stopped",
             happened=f"parameters differ by up to {gap:.3g}",
-            fix="save and load everything the next epoch depends on: the module's weights on "
-            "every rank, and the optimiser's state (momentum)",
+            fix="save_checkpoint and load_checkpoint: what does the next epoch depend on "
+            "besides the weights, and is all of it written and read back on every rank?",
+            answer="the optimiser's state_dict() saved beside the model's, and both loaded "
+            "on every rank",
         )
     return passed(
         NAME,

@@ -339,7 +339,7 @@ def selection_wrong(check: str, r: probes.SetupReport, device: str, where: str) 
             check,
             stage=GROUP,
             expected=f"ddp_setup to select {device} (torch.cuda.set_device) before the group",
-            happened=f"it selected {r['set_device'] or 'nothing'}",
+            happened=f"process {rank} {where} selected {r['set_device'] or 'nothing'}",
             fix="ddp_setup, before init_process_group: a process on a GPU must select that GPU "
             "before it joins the group (barrier() and other calls that name no device use it)",
             answer='torch.cuda.set_device(device) when device.type == "cuda", before '

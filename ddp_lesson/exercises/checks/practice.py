@@ -190,7 +190,10 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
             "shuffle's order follow from the seed make_loader is given?",
             answer="DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=seed)",
         )
-    for wrong in (_noise_wrong(got, seed), _workers_wrong(got)):
+    # with no worker at all the noise is the rank's own process's: the workers come first
+    workerless = any(all(w < 0 for w in r["workers"]) for r in got)
+    judges = (_workers_wrong, _noise_wrong) if workerless else (_noise_wrong, _workers_wrong)
+    for wrong in (judge(got, seed) for judge in judges):
         if wrong is not None:
             return wrong
     return passed(
@@ -201,7 +204,7 @@ def check_seeds(path: str | Path, seed: int = 7, *, reveal: bool = False) -> Res
     )
 
 
-def _workers_wrong(got: list[probes.SeedsReport]) -> Result | None:
+def _workers_wrong(got: list[probes.SeedsReport], seed: int = 0) -> Result | None:
     """check_seeds' failure when a rank's items were not loaded by worker processes, or None."""
     for report in got:
         workers = [w for w in report["workers"] if w >= 0]
@@ -406,6 +409,18 @@ def _parts_wrong(given: list[list[int]], size: int, on: str) -> Result | None:
             "part of the test set, every image in exactly one part",
             answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
         )
+    idle = [rank for rank, indices in enumerate(given) if not set(indices) - {-1}]
+    if len(given) > 1 and idle and size >= len(given):
+        return failed(
+            name,
+            stage=DATA,
+            expected=f"each rank to give the model its own part of the {size} images",
+            happened=f"{on}: rank {idle[0]} gave the model none of them; the other rank(s) "
+            "evaluated every image",
+            fix="evaluate, where the images to look at are chosen: every rank must take a "
+            "part of the test set, every image in exactly one part",
+            answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
+        )
     twice = sorted({i for i in everything if i >= 0 and everything.count(i) > 1})
     if twice:
         return failed(
@@ -413,9 +428,10 @@ def _parts_wrong(given: list[list[int]], size: int, on: str) -> Result | None:
             stage=DATA,
             expected="each test image given to the model once, over all ranks",
             happened=f"{on}: {len(twice)} image(s) went through the model more than once (indices "
-            f"{twice[:5]}); a DistributedSampler pads every rank's share to the same length",
-            fix="evaluate, where the images to look at are chosen: split the test set without "
-            "padding, so that every image is in exactly one rank's part",
+            f"{twice[:5]})",
+            fix="evaluate, where the images to look at are chosen: which ranks' parts hold "
+            "those images? Every image must be in exactly one part (a DistributedSampler pads "
+            "the parts with repeats; a split by hand can overlap at its edges)",
             answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
         )
     missed = size - len(set(everything) - {-1})

@@ -60,6 +60,38 @@ def _sbatch_options(text: str) -> dict[str, str]:
     return options
 
 
+def _srun_options(text: str) -> dict[str, str]:
+    """The options of the ``srun`` that starts torchrun, by their long names.
+
+    srun's own options (between ``srun`` and ``torchrun``) set the step's
+    placement, over the job's ``#SBATCH`` ones.
+
+    >>> _srun_options("srun -N2 --ntasks-per-node 1 --gpus-per-node=4 torchrun x.py")
+    {'nodes': '2', 'ntasks-per-node': '1', 'gpus-per-node': '4'}
+    """
+    line = next((line for line in text.splitlines() if _runs_torchrun(line)), "")
+    words = shlex.split(line, comments=True)
+    if "srun" not in words or "torchrun" not in words:
+        return {}
+    words = words[words.index("srun") + 1 : words.index("torchrun")]
+    options, at = {}, 0
+    while at < len(words):
+        word, value = words[at], None
+        if word.startswith("--"):
+            name, _, value = word[2:].partition("=")
+            if not value and at + 1 < len(words) and not words[at + 1].startswith("-"):
+                at, value = at + 1, words[at + 1]
+        elif word.startswith("-") and len(word) > 1:
+            name, value = SHORT_OPTIONS.get(word[1], word[1]), word[2:]
+            if not value and at + 1 < len(words) and not words[at + 1].startswith("-"):
+                at, value = at + 1, words[at + 1]
+        else:
+            break  # (a command before torchrun, such as env: srun's options have ended)
+        options[name] = _plain(value or "")
+        at += 1
+    return options
+
+
 def _plain(word: str) -> str:
     """A shell word with its quotes and the braces of ``${NAME}`` taken off: ``$NAME``."""
     return re.sub(r"\$\{(\w+)\}", r"$\1", word.strip("\"'"))
@@ -141,7 +173,7 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
             parse_args(given.training_script_args)
     except SystemExit:
         problems.append(f"{script} rejects its arguments: {said.getvalue().strip()}")
-    problems += _placement_problems(sbatch, given)
+    problems += _placement_problems({**sbatch, **_srun_options(text)}, given)
     problems += _restart_problems(text, given.max_restarts)
     if problems:
         return failed(
@@ -156,7 +188,7 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
         "\n"
         + "\n".join(
             [
-                f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, --ntasks-per-node=1)",
+                f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, one task per node)",
                 f"ranks per node: one per GPU ({_gpus_said(sbatch)}, --nproc-per-node="
                 f"{given.nproc_per_node})",
                 f"rendezvous: c10d at {given.rdzv_endpoint}, job id {given.rdzv_id}",
@@ -223,10 +255,18 @@ def _gpus_said(sbatch: dict[str, str]) -> str:
 def _placement_problems(sbatch: dict[str, str], given) -> list[str]:
     """What does not agree in where the ranks run: nodes, ranks per node, the rendezvous."""
     problems = []
-    if sbatch.get("ntasks-per-node") != "1":
+    tasks = sbatch.get("ntasks-per-node")
+    if tasks is None and sbatch.get("ntasks") and sbatch.get("ntasks") == sbatch.get("nodes"):
+        tasks = "1"  # as many tasks as nodes: one on each
+    if tasks is None:
         problems.append(
-            "#SBATCH --ntasks-per-node=1 is missing: srun must start one torchrun "
-            "per node, which then starts that node's ranks"
+            "--ntasks-per-node=1 is missing (in #SBATCH or on the srun line): srun must start "
+            "one torchrun per node, which then starts that node's ranks"
+        )
+    elif tasks != "1":
+        problems.append(
+            f"--ntasks-per-node={tasks}: srun would start {tasks} torchruns on each node, each "
+            "starting all of that node's ranks; one torchrun per node must start them"
         )
     # (SLURM sets the allocation's node count under both names)
     if _plain(given.nnodes) not in ("$SLURM_NNODES", "$SLURM_JOB_NUM_NODES", sbatch.get("nodes")):

@@ -14,7 +14,7 @@ from pathlib import Path
 from ... import devices, launch, reports
 from ...stages import stage
 from ..probes import stage_workers as probes
-from . import base, placement
+from . import base, stand_ins
 from .base import Result, failed, graded, launch_checked, not_attempted, passed, quote
 
 SPAWNING = stage("spawning").title
@@ -49,12 +49,14 @@ check_nprocs_zero, check_easy = (
 
 
 # -- stage 1: starting processes ------------------------------------------------
-def check_spawn(start: Callable, world_size: object) -> Result:
+@graded
+def check_spawn(start: Callable, world_size: object, *, reveal: bool = False) -> Result:
     """Check ``start(main, world_size, port)`` starts one process per device with the right ranks.
 
     Args:
         start: the learner's function; it must call ``mp.spawn`` on ``main``.
         world_size: the learner's world size for this machine.
+        reveal: show the line that fixes a failure now, even on a first try.
     """
     name = "check_spawn"
     plan = devices.plan()
@@ -135,7 +137,8 @@ def _launch_failure(name: str, plan: devices.Plan, error: launch.LaunchError) ->
             stage=SPAWNING,
             expected=reports.counted(plan.world_size, "process", "processes"),
             happened="no process was started (nprocs=0 starts nothing, silently)",
-            fix="the mp.spawn call: nprocs=world_size",
+            fix="the mp.spawn call: how many processes does its nprocs ask for?",
+            answer="nprocs=world_size",
         )
     return failed(
         name,
@@ -214,7 +217,7 @@ def _told_world_size(name: str, got: list[probes.RankReport], world_size: object
 def check_process_group(path: str | Path, *, reveal: bool = False) -> Result:
     """Launch the learner's ``ddp_setup`` and ``cleanup`` (from the file at ``path``) for real.
 
-    ``reveal=True`` shows the line that fixes a failure now, even on a first try.
+    Without GPUs, a rerun on stand-ins (:func:`.stand_ins.gpu_not_selected`).
     """
     name = "check_process_group"
     plan = devices.plan()
@@ -239,6 +242,9 @@ def check_process_group(path: str | Path, *, reveal: bool = False) -> Result:
             wrong = _group_summed_and_released(name, plan, report, expected_total)
         if wrong is not None:
             return wrong
+    wrong = stand_ins.gpu_not_selected(name, base.worker_path(path), plan)
+    if wrong is not None:
+        return wrong
     return passed(
         name,
         f"{plan.world_size} ranks joined one {plan.backend} group, summed to {expected_total:g}, "
@@ -384,11 +390,8 @@ def check_wrap(path: str | Path, *, reveal: bool = False) -> Result:
     batch of its own. The weights and gradients must then be equal on every
     rank (within :data:`SAME`), and the gradients equal to the reference's:
     rank 0's starting weights, each rank's gradient on its own batch,
-    averaged over the ranks (within :data:`NEAR`). Any wrapper that does
-    this passes, a subclass of DDP included. Without GPUs, a second run gives
-    each rank a stand-in GPU, which the model must be sent to
-    (:func:`.placement.left_behind`). ``reveal=True`` shows the line that
-    fixes a failure now, even on a first try.
+    averaged over the ranks (within :data:`NEAR`); any wrapper that does so
+    passes. Without GPUs, a rerun on stand-ins (:func:`.stand_ins.left_behind`).
     """
     plan = devices.plan()
     name = "check_wrap"
@@ -404,7 +407,7 @@ def check_wrap(path: str | Path, *, reveal: bool = False) -> Result:
     if wrong is None:
         wrong = _near_reference(name, got)
     if wrong is None:
-        wrong = placement.left_behind(name, base.worker_path(path), plan)
+        wrong = stand_ins.left_behind(name, base.worker_path(path), plan)
     if wrong is not None:
         return wrong
     return passed(

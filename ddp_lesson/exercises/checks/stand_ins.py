@@ -1,0 +1,94 @@
+"""The stage checks' second run on a machine without GPUs: each rank given a stand-in GPU.
+
+Without GPUs the device a rank is given is the CPU, where everything
+already is: a ``ddp_setup`` that never selects a GPU, or a ``wrap`` that
+never moves the model, passes the plain run. Here every rank sees a GPU of
+its own (stand-ins: ``torch.cuda`` reports them, nothing is touched) and
+what the learner's code does with it is judged:
+
+* :func:`gpu_not_selected` (``check_process_group``): ``ddp_setup`` must ask
+  for NCCL and select ``cuda:rank`` before the group
+  (:func:`ddp_lesson.exercises.probes.launchers.script_on_gpus`);
+* :func:`left_behind` (``check_wrap``): the model must be sent to the GPU
+  ``wrap`` is given
+  (:func:`ddp_lesson.exercises.probes.placement.wrap_given_a_gpu`).
+
+Each is judged only where the stand-in run works: what stand-ins cannot
+run says nothing of the learner's answer.
+"""
+
+from __future__ import annotations
+
+from ... import devices
+from ...stages import stage
+from ..probes import launchers as gpu_probes
+from ..probes import placement as probes
+from . import base
+from .base import Result, failed
+from .launchers import selection_wrong
+
+GROUP, MODEL = (stage(key).title for key in ("process_group", "model_wrapping"))
+
+
+def gpu_not_selected(name: str, path: str, plan: devices.Plan) -> Result | None:
+    """The failure if ``ddp_setup``, given a GPU per rank, does not join with NCCL after
+    selecting ``cuda:rank``; or None."""
+    if plan.backend == "nccl":
+        return None
+    got, error = base.launch_probe(plan.world_size, gpu_probes.script_on_gpus, path)
+    if error is not None:
+        return None
+    for report in sorted(got, key=lambda r: r["rank"]):
+        device, asked = f"cuda:{report['rank']}", report["asked_backend"]
+        if asked is not None and asked.lower() != "nccl":
+            return failed(
+                name,
+                stage=GROUP,
+                expected=f"the backend for GPUs, NCCL, when every rank has a GPU (rank "
+                f"{report['rank']} was given {device}, a stand-in)",
+                happened=f"ddp_setup asked init_process_group for {asked!r}",
+                fix="ddp_setup, where it picks the backend: which backend does a machine with "
+                "a GPU for every rank need?",
+                answer='"nccl" if device.type == "cuda" else "gloo"',
+            )
+        wrong = selection_wrong(name, report, device, "(given a GPU of its own, a stand-in)")
+        if wrong is not None:
+            return wrong
+    return None
+
+
+def left_behind(name: str, path: str, plan: devices.Plan) -> Result | None:
+    """The failure if a rank given ``cuda:rank`` does not send its model there, or None.
+
+    Only judged where the machine has no GPU for every rank (elsewhere the
+    plain run already used real ones) and where the stand-in run works:
+    what the stand-ins cannot run says nothing of the placement.
+    """
+    if plan.backend == "nccl":
+        return None
+    got, error = base.launch_probe(plan.world_size, probes.wrap_given_a_gpu, path)
+    if error is not None:
+        return None
+    for report in sorted(got, key=lambda r: r["rank"]):
+        given, asked = report["given"], report["asked"]
+        went = [report["current"] if a == "cuda" else a for a in asked]
+        if given in went:
+            continue
+        if went:
+            happened = f"rank {report['rank']}'s model was sent to {went[-1]}, not to {given}"
+        else:
+            happened = (
+                f"rank {report['rank']}'s model stayed where it was made, on the CPU: on a "
+                f"machine with GPUs it would never reach {given}"
+            )
+        return failed(
+            name,
+            stage=MODEL,
+            expected=f"the model on the device wrap is given (rank {report['rank']} was given "
+            f"{given}, a stand-in GPU) before DDP wraps it",
+            happened=happened,
+            fix="wrap: where does the model go before DDP wraps it? On this machine the "
+            "device is the CPU, where the model already is, so the plain run cannot show it",
+            answer="model = model.to(device), before DDP(...)",
+        )
+    return None
