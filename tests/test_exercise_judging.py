@@ -170,6 +170,14 @@ def test_a_loss_divided_by_the_world_size_on_top_of_ddp_fails():
     assert_fails(result, SYNCING, f"were {1 / PLAN.world_size:.3g} times that average")
 
 
+@SEVERAL
+def test_gradients_are_compared_for_a_batch_whose_images_were_standardised():
+    result = checks.check_ddp_script(ANSWERS / "script_standardised_loss_over_world_size.py")
+    assert_fails(result, SYNCING, f"were {1 / PLAN.world_size:.3g} times that average")
+    right = checks.check_ddp_script(ANSWERS / "script_standardised.py")
+    assert right, str(right)
+
+
 def test_a_port_written_into_the_script_fails_at_its_spawn_call():
     result = checks.check_ddp_script(ANSWERS / "script_fixed_port.py")
     assert_fails(result, STARTING, "main was given port 29517 at each of 3 starts")

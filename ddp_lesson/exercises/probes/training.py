@@ -16,7 +16,9 @@ the doctor does not judge, this probe measures by running the learner's
 
 Both use torch's own global hooks (``register_module_forward_pre_hook``,
 ``register_optimizer_step_pre_hook``/``post_hook``), removed when the run
-ends; nothing of torch is replaced.
+ends; :func:`training` also wraps, through :mod:`ddp_lesson.launch.torch_hooks`,
+``DistributedSampler.__iter__`` (to count epochs) and ``F.cross_entropy`` (to
+keep the labels of a batch whose images it cannot look up).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class _Watch:
         self.inject = inject
         self.labels = _labels_by_image()
         self.last: tuple[torch.nn.Module, torch.nn.Module, torch.Tensor] | None = None
+        self.target: torch.Tensor | None = None  # the last loss's labels (_note_targets)
         self.steps: list[StepRecord] = []
         self.handles: list = []
 
@@ -123,6 +126,7 @@ class _Watch:
         if inputs and isinstance(inputs[0], torch.Tensor) and torch.is_grad_enabled():
             # the wrapper, its weights as they are at this forward, and the batch it is given
             self.last = (module, copy.deepcopy(module.module), inputs[0].detach().clone())
+            self.target = None  # (this batch's labels come with its loss)
 
     def _before_step(self, optimizer, args, kwargs) -> None:
         if len(self.steps) >= STEPS:
@@ -148,7 +152,10 @@ class _Watch:
         rows = features.reshape(len(features), -1).cpu().float()
         labels = [self.labels.get(row.numpy().tobytes()) for row in rows]
         if any(label is None for label in labels):
-            return None  # images that are not the training set's: no reference to compare
+            # images that are not the training set's rows: the labels the loss was given
+            if self.target is None or self.target.shape != (len(features),):
+                return None  # no reference to compare
+            labels = self.target.tolist()
         with torch.enable_grad():
             before.zero_grad(set_to_none=True)
             loss = F.cross_entropy(before(features), torch.tensor(labels, device=features.device))
@@ -206,14 +213,36 @@ def training(rank: int, world_size: int, port: int, path: str, epochs: int) -> N
     root.addHandler(handler)
     passes: dict[int, int] = {}
     _count_passes(passes)
+    watch = _Watch(inject=False)
+    _note_targets(watch)
     try:
-        with _Watch(inject=False) as watch, contextlib.redirect_stdout(said):
+        with watch, contextlib.redirect_stdout(said):
             worker.main(rank, world_size, port, epochs)
     finally:
         root.removeHandler(handler)
     most = max(passes.values(), default=0)
     report = TrainingReport(rank=rank, steps=watch.steps, said=said.lines, passes=most)
     send_typed(report)
+
+
+def _note_targets(watch: _Watch) -> None:
+    """Keep, on ``watch``, the labels each cross-entropy loss of this rank is given.
+
+    They are the batch's labels as the learner's loss sees them: the
+    reference's, for a batch whose images are not the training set's own
+    rows (normalised, say), where :meth:`_Watch._reference` cannot look them up.
+    """
+    import torch.nn.functional as F
+
+    def make(torch_cross_entropy):
+        def cross_entropy(input, target, *args, **kwargs):
+            if isinstance(target, torch.Tensor) and not target.is_floating_point():
+                watch.target = target.detach().clone()
+            return torch_cross_entropy(input, target, *args, **kwargs)
+
+        return cross_entropy
+
+    torch_hooks.wrap(torch_hooks.point(F, "cross_entropy"), make)
 
 
 def _count_passes(passes: dict[int, int]) -> None:
