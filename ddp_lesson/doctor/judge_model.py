@@ -139,6 +139,10 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if compared is not None and compared[1] > TOLERANCE:
         add(*_parted(ranks, wrapped, *compared))
         return Judged.of(shown)
+    plain = _plain_apart(wrapped)
+    if plain is not None:
+        add(*plain, exact=True)
+        return Judged.of(shown)
     summed = None if wrapped else _summed_not_averaged(ranks)
     if summed is not None:
         add(*summed, exact=True)
@@ -150,6 +154,32 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if compared is not None or wrapped:
         return Judged.of(shown, {"model_wrapping": _in_step(wrapped, compared, stand_in)})
     return Judged.of(shown)
+
+
+def _plain_apart(wrapped: list[ProcessRecord]) -> tuple[str, int | None] | None:
+    """A tensor the model keeps as a plain attribute that differs between ranks: text, line."""
+    if len(wrapped) < 2:
+        return None
+    kept = [{t["name"]: t for t in r.ddp[0].get("plain") or ()} for r in wrapped]
+    for name, first in kept[0].items():
+        others = [k.get(name) for k in kept[1:]]
+        if any(o is None or o["shape"] != first["shape"] for o in others):
+            continue
+        sums = [first["sum"]] + [o["sum"] for o in others]
+        if not _apart(sums):
+            continue
+        said = ", ".join(f"rank {r.rank}: {v:.4g}" for r, v in zip(wrapped, sums, strict=True))
+        line = wrapped[0].ddp[0]["line"]
+        return (
+            f"the model DDP wraps at line {line} keeps `{name}` (a tensor of shape "
+            f"{first['shape']}) as a plain attribute, neither a parameter nor a buffer, and "
+            f"it differs between the ranks (its sum, {said}): DDP copies rank 0's parameters "
+            "and buffers when it wraps a model, not other tensors, so each rank computes with "
+            f"its own. Make it a buffer (register_buffer('{name.rsplit('.', 1)[-1]}', ...)) "
+            "or build it the same on every rank",
+            line,
+        )
+    return None
 
 
 def _wrapped_again(wrapped: list[ProcessRecord]) -> tuple[str, int | None] | None:

@@ -160,6 +160,7 @@ def ddp_init(original):
             entry["error"] = f"{type(error).__name__}: {first_line(error)}"
             save_record()
             raise
+        entry["plain"] = plain_tensors(module)
         module.register_forward_pre_hook(count_forward)
         process_state.setdefault("ddp", []).append((entry, module))
         for part in module.modules():  # a load into the model or any part of it
@@ -168,6 +169,32 @@ def ddp_init(original):
         save_record()
 
     return init
+
+
+#: The most plain tensor attributes of a wrapped model a record keeps.
+PLAIN_KEPT = 20
+
+
+def plain_tensors(module: torch.nn.Module) -> list[dict]:
+    """The floating-point tensors a model keeps as plain attributes, with their sums.
+
+    Neither parameters nor buffers: DDP copies rank 0's parameters and
+    buffers when it wraps the model, and none of these, so ranks that build
+    them differently compute with different ones.
+    """
+    found = []
+    for prefix, part in module.named_modules():
+        for name, value in vars(part).items():
+            if len(found) >= PLAIN_KEPT:
+                return found
+            plain = isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
+            if plain and value.is_floating_point() and value.numel() > 1:
+                found.append({
+                    "name": f"{prefix}.{name}" if prefix else name,
+                    "shape": list(value.shape),
+                    "sum": float(value.detach().double().sum()),
+                })  # fmt: skip
+    return found
 
 
 class StandInBatchNorm(torch.nn.modules.batchnorm._BatchNorm):

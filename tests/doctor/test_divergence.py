@@ -36,6 +36,9 @@ SAYS = {
                      "same settings on every rank"], False),
     "no_sync_last": (["came right after a backward", "inside model.no_sync()",
                       "never averaged", "must run outside it"], False),
+    "random_features_per_rank": (["keeps `projection` (a tensor of shape [2, 8])",
+                                  "neither a parameter nor a buffer", "register_buffer"],
+                                 False),
     "same_everywhere": (["parameters identical on every rank after 3 step(s)"], False),
 }
 
@@ -71,3 +74,12 @@ def test_the_doctor_names_what_parted_the_ranks(name):
     for words in said:
         assert words in model.evidence, shown
     assert "outside the module" not in model.evidence, shown
+
+
+def test_a_plain_tensor_built_alike_on_every_rank_is_no_fault(tmp_path):
+    source = (SCRIPTS / "random_features_per_rank.py").read_text()
+    assert "    torch.manual_seed(11 + rank)\n" in source
+    path = tmp_path / "features_alike.py"
+    path.write_text(source.replace("torch.manual_seed(11 + rank)", "torch.manual_seed(11)"))
+    result = doctor.diagnose(path, 2)
+    assert result.exit_code == 0 and result.faults == [], str(result)
