@@ -44,7 +44,7 @@ def main(rank, world_size, port, epochs):
             for x, y in batches:
                 optimizer.zero_grad()
                 x = (x - x.mean()) / (x.std() + 1e-6)  # standardised inputs
-                loss = criterion(net(x.to(device)), y.to(device)) 
+                loss = criterion(net(x.to(device)), y.to(device))
                 loss.backward()
                 optimizer.step()
             if rank == 0:
