@@ -246,6 +246,10 @@ def test_a_multiple_choice_check_keeps_the_right_letter_back_at_first():
             "pg_gloo_everywhere.py", CONNECTING, "asked init_process_group for 'gloo'", 15,
             marks=ON_CPU,
         ),
+        pytest.param(
+            "pg_any_gpu_means_nccl.py", CONNECTING, "process 1 selected cuda:1, a GPU that "
+            "machine does not have", 15, marks=ON_CPU,
+        ),
     ],
 )
 def test_check_process_group_fails_wrong_answers(answer, stage, fragment, deadline_s, monkeypatch):
@@ -338,8 +342,18 @@ def test_check_sampler_prediction_passes_a_right_answer():
             marks=pytest.mark.skipif(PLAN.device_type == "cuda", reason="right on GPUs"),
         ),
         # the plain run on the CPU cannot tell these: a stand-in GPU per rank can
-        ("wrap_never_moved.py", "rank 0's model stayed where it was made, on the CPU"),
-        ("wrap_first_gpu_everywhere.py", "rank 1's model was sent to cuda:0, not to cuda:1"),
+        pytest.param(
+            "wrap_never_moved.py", "rank 0's model stayed where it was made, on the CPU",
+            marks=ON_CPU,
+        ),
+        pytest.param(
+            "wrap_first_gpu_everywhere.py", "rank 1's model was sent to cuda:0, not to cuda:1",
+            marks=ON_CPU,
+        ),
+        pytest.param(
+            "wrap_moved_after_wrapping.py", "only after DDP(...) had wrapped it on the CPU",
+            marks=ON_CPU,
+        ),
     ],
 )
 def test_check_wrap_fails_wrong_answers(answer, fragment):
@@ -711,6 +725,24 @@ def test_check_slurm_takes_one_task_per_node_however_it_is_said(tmp_path, old, n
     path.write_text(text)
     result = checks.check_slurm(path, "workers/train.py", train_arguments)
     assert result, str(result)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "words", "passes"),
+    [
+        ("a100:2", '"$SLURM_GPUS_ON_NODE"', True),
+        ("2", "${SLURM_GPUS_PER_NODE}", True),
+        # a typed request makes SLURM_GPUS_PER_NODE "a100:2", which torchrun cannot read
+        ("a100:2", "$SLURM_GPUS_PER_NODE", False),
+    ],
+)
+def test_check_slurm_takes_slurms_own_gpu_count_per_node(tmp_path, gpus, words, passes):
+    text = (ANSWERS / "slurm_right_spaced.slurm").read_text()
+    text = text.replace("--gpus-per-node a100:2", f"--gpus-per-node {gpus}")
+    path = tmp_path / "job.slurm"
+    path.write_text(text.replace("--nproc-per-node 2", f"--nproc-per-node {words}"))
+    result = checks.check_slurm(path, "workers/train.py", train_arguments)
+    assert bool(result) == passes, str(result)
 
 
 def test_check_slurm_takes_the_node_count_under_either_of_slurms_names(tmp_path):

@@ -279,3 +279,15 @@ def test_a_block_that_fails_to_open_undoes_every_step_it_had_taken(monkeypatch):
     assert run.state.folder is not None and not run.state.folder.exists()
     assert run.ranks.tap is None and not run.running
     assert not [t for t in threading.enumerate() if t.name == "ddp-lesson-watch"]
+
+
+def test_a_rank_stopped_before_its_function_ran_names_no_line():
+    from ddp_lesson.launch import stacks
+
+    # a rank still starting up: only the code the process was started with is on its stack
+    dump = (
+        "Current thread 0x1 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 120 in spawn_main\n'
+        '  File "<string>", line 1 in <module>\n'
+    )
+    assert stacks.where(dump) == ""

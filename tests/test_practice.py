@@ -73,12 +73,19 @@ def batches_square_root(per_rank, world_size, base_lr=0.1, base_batch=32):
     return grown._replace(lr=base_lr * math.sqrt(grown.global_batch / base_batch))
 
 
+def batches_whole_factor(per_rank, world_size, base_lr=0.1, base_batch=32):
+    # another style: how many whole base batches the global batch holds (floor division)
+    total = per_rank * world_size
+    return total, base_lr * (total // base_batch)
+
+
 @pytest.mark.parametrize(
     ("answer", "stage_title", "fragment"),
     [
         (batches_forgets_world, SPLITTING, "how many images does one step follow?"),
         # the global batch is right: the mistake is the learning rate, which no stage owns
-        (batches_scales_by_ranks, practice.RATE, "not with the world size alone"),
+        (batches_scales_by_ranks, practice.RATE, "which is base_lr times the world size alone"),
+        (batches_whole_factor, practice.RATE, "rounded down to a whole number"),
         (batches_square_root, practice.RATE, "grows by the factor the batch grew by"),
     ],
 )
@@ -242,9 +249,16 @@ def unused_positions(model, loss):
     return [i for i, g in enumerate(grads) if g is None]
 
 
+def unused_without_clearing(model, loss):
+    # right on a fresh model; gradients left by an earlier backward hide the unused ones
+    loss.backward()
+    return [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+
+
 @pytest.mark.parametrize(
     ("answer", "fragment"),
     [
+        (unused_without_clearing, "still held gradients from an earlier backward"),
         (unused_before_backward, "was loss.backward() called"),
         (unused_with_frozen, "never train (requires_grad=False)"),
         (unused_zero_gradients, "AttributeError"),

@@ -110,8 +110,9 @@ _MACHINERY = (
 
 
 def is_machinery(file: str) -> bool:
-    """True for a file of torch, the standard library or the course (not the learner's code)."""
-    return any(s in file for s in _MACHINERY)
+    """True for a file of torch, the standard library or the course, or for code with no file
+    (``<string>``: the code a process was started with): not the learner's code."""
+    return file.startswith("<") or any(s in file for s in _MACHINERY)
 
 
 def frame_text(file: str, line: int, func: str, code: str | None = None) -> str:

@@ -4,7 +4,7 @@ import torch.distributed as dist
 
 
 def ddp_setup(rank, world_size, port):
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = "nccl" if torch.cuda.device_count() >= world_size else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(rank)
     dist.init_process_group(

@@ -87,7 +87,42 @@ def check_unused(params_without_grad: Callable, *, reveal: bool = False) -> Resu
         wrong = _names_wrong(model, answer, named[k], k, [a for _, a in given[:k]])
         if wrong is not None:
             return wrong
+    wrong = _stale_gradients_wrong(params_without_grad, named[0])
+    if wrong is not None:
+        return wrong
     return passed(name, f"{named[0]}: exactly the parameters DDP's error names.")
+
+
+def _stale_gradients_wrong(params_without_grad: Callable, named: list[str]) -> Result | None:
+    """check_unused's failure when gradients left by an earlier backward change the answer.
+
+    The model has taken a backward through both outputs first (a training
+    step before), so every trainable parameter holds a gradient; the loss of
+    the first output must still give the names it gave on a fresh model.
+    """
+    import torch
+
+    torch.manual_seed(0)
+    model = probes.Branchy()
+    for head in probes.HEADS:
+        probes.branchy_loss(model, seed=1, head=head).backward()
+    try:
+        yours = sorted(str(n) for n in params_without_grad(model, probes.branchy_loss(model)))
+    except Exception:  # (a failure of its own was judged on the fresh models)
+        return None
+    if yours == named:
+        return None
+    return failed(
+        "check_unused",
+        stage=MODEL,
+        expected="the same names for the loss of the first output, whatever gradients the "
+        "model held before",
+        happened=f"on a fresh model params_without_grad named the right parameters; on one "
+        f"that still held gradients from an earlier backward it returned {yours}",
+        fix="params_without_grad: a parameter keeps its .grad from an earlier backward until "
+        "something clears it; does your function see only what this loss.backward() gives?",
+        answer="model.zero_grad(set_to_none=True) before loss.backward()",
+    )
 
 
 #: How a failure of check_unused names each of its runs.
@@ -128,8 +163,8 @@ def _names_wrong(model, answer: object, named: list[str], run: int, earlier: lis
         expected="the parameters DDP's error names, for the model and loss given",
         happened=f"{where}, params_without_grad returned {yours}: "
             f"{_why_other_names(model, yours, earlier)}",
-        fix="params_without_grad: look at every parameter after loss.backward(): one the loss "
-        "did not use has no gradient; frozen ones never train, and DDP leaves them out",
+        fix="params_without_grad: after loss.backward(), what tells a parameter the loss did "
+        "not reach from one it did, and which parameters does DDP leave out of its count?",
         answer=FIXING_LINE,
     )
 

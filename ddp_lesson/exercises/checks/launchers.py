@@ -249,7 +249,9 @@ def _spawn_error(error: BaseException, plan: devices.Plan) -> Result:
             stage=SPAWNING,
             expected=f"main to set every variable ddp_setup reads: {VARIABLES}",
             happened=quote(error),
-            fix="main: os.environ.update(...) with each of them, as strings, before run_rank",
+            fix="main, before run_rank: which of the variables torchrun would set does it set "
+            "itself, and is the one the error names among them?",
+            answer="os.environ.update(...) with each of them, as strings, before run_rank",
         )
     if isinstance(error, launch.LaunchTimeout):
         return failed(

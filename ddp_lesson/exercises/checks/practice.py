@@ -136,13 +136,30 @@ def _rate_wrong(
             stage=RATE,
             expected=f"lr {base_lr:g} at a batch of {base_batch}, scaled by the factor the "
             f"batch grew by",
-            happened=f"for {per_rank} images per rank on {world_size} rank(s), lr = {lr!r}",
+            happened=f"for {per_rank} images per rank on {world_size} rank(s), lr = {lr!r}"
+            + _rate_seen(lr, per_rank, world_size, base_lr, base_batch),
             fix="the linear scaling rule: the learning rate grows by the factor the batch "
-            f"grew by, from base_batch ({base_batch}) to the global batch (not with the "
-            "world size alone)",
+            f"grew by, from base_batch ({base_batch}) to the global batch",
             answer="lr = base_lr * global_batch / base_batch",
         )
     return None
+
+
+def _rate_seen(lr: object, per_rank: int, world_size: int, base_lr: float, base_batch: int) -> str:
+    """What the answer's lr is, when it is a known wrong rule: ``", which is ..."`` or ""."""
+    if not isinstance(lr, (int, float)):
+        return ""
+    known = {
+        "base_lr times the world size alone": base_lr * world_size,
+        "base_lr times the factor rounded down to a whole number (integer division)": base_lr
+        * (per_rank * world_size // base_batch),
+        "base_lr times the per-rank batch's factor (per_rank / base_batch)": base_lr
+        * per_rank / base_batch,
+    }
+    for said, value in known.items():
+        if math.isclose(lr, value, rel_tol=1e-9, abs_tol=1e-12):
+            return f", which is {said}"
+    return ""
 
 
 # -- 12, exercise 3: seeds for shuffling and for augmentation -----------------------------

@@ -296,6 +296,12 @@ def _gpu_problems(sbatch: dict[str, str], nproc_per_node: str) -> list[str]:
         ]
     if nproc_per_node == "gpu" or nproc_per_node == count:
         return []
+    # SLURM's own count of the node's GPUs (SLURM_GPUS_PER_NODE only when it is a number)
+    per_node = sbatch.get("gpus-per-node", "")
+    if _plain(nproc_per_node) in ("$SLURM_GPUS_ON_NODE",) + (
+        ("$SLURM_GPUS_PER_NODE",) if per_node.isdigit() else ()
+    ):
+        return []
     if count is None:
         return [
             f"--nproc-per-node={nproc_per_node}: #SBATCH {source} does not say how many GPUs "

@@ -54,6 +54,42 @@ def gpu_not_selected(name: str, path: str, plan: devices.Plan) -> Result | None:
         wrong = selection_wrong(name, report, device, "(given a GPU of its own, a stand-in)")
         if wrong is not None:
             return wrong
+    return _too_few_gpus(name, path, plan.world_size)
+
+
+def _too_few_gpus(name: str, path: str, world_size: int) -> Result | None:
+    """The failure if ``ddp_setup``, on a machine with a GPU fewer than ranks, asks for NCCL
+    or selects a GPU it does not have; or None (the course runs CPU processes there)."""
+    gpus = world_size - 1
+    if gpus < 1:
+        return None
+    got, error = base.launch_probe(world_size, gpu_probes.script_on_gpus, path, gpus)
+    if error is not None:
+        return None
+    given = f"a machine with {gpus} GPU{'s' if gpus > 1 else ''} for {world_size} ranks"
+    reports = sorted(got, key=lambda r: r["rank"])
+    missing = [
+        (r["rank"], d) for r in reports for d in r["set_device"] if int(d.split(":")[1]) >= gpus
+    ]
+    nccl = [r["rank"] for r in reports if (r["asked_backend"] or "").lower() == "nccl"]
+    if missing or nccl:
+        happened = (
+            f"process {missing[0][0]} selected {missing[0][1]}, a GPU that machine does not have"
+            if missing
+            else "ddp_setup asked init_process_group for 'nccl' on rank(s) "
+            + ", ".join(map(str, nccl))
+        )
+        return failed(
+            name,
+            stage=GROUP,
+            expected=f"CPU processes and gloo on {given} (stand-ins): NCCL needs a GPU for "
+            "every rank",
+            happened=happened,
+            fix="ddp_setup, where it decides between GPU and CPU: is there a GPU for every "
+            "rank, or only some GPU?",
+            answer="torch.cuda.device_count() >= world_size (devices.device_for) decides, not "
+            "torch.cuda.is_available()",
+        )
     return None
 
 
@@ -74,8 +110,15 @@ def left_behind(name: str, path: str, plan: devices.Plan) -> Result | None:
         went = [report["current"] if a == "cuda" else a for a in asked]
         if given in went:
             continue
+        moved_late = [report["current"] if a == "cuda" else a for a in report["wrapper_asked"]]
         if went:
             happened = f"rank {report['rank']}'s model was sent to {went[-1]}, not to {given}"
+        elif given in moved_late:
+            happened = (
+                f"rank {report['rank']}'s model was sent to {given} only after DDP(...) had "
+                "wrapped it on the CPU (the wrapper's .to()): DDP is built for the device the "
+                "model is on when it wraps it"
+            )
         else:
             happened = (
                 f"rank {report['rank']}'s model stayed where it was made, on the CPU: on a "

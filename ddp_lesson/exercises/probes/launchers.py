@@ -185,13 +185,16 @@ def on_node(rank: int, world_size: int, port: int, path: str, per_node: int) -> 
 
 
 @sends(SetupReport)
-def script_on_gpus(rank: int, world_size: int, port: int, path: str) -> None:
-    """Run a whole script's ``ddp_setup(rank, world_size, port)`` as if every rank had a GPU.
+def script_on_gpus(
+    rank: int, world_size: int, port: int, path: str, gpus: int | None = None
+) -> None:
+    """Run a whole script's ``ddp_setup(rank, world_size, port)`` as if the machine had
+    ``gpus`` GPUs (one for every rank when None).
 
     The GPUs are stand-ins (see :func:`simulate_gpus`): what is recorded is
     which device the script selects, and whether before its group.
     """
-    simulate_gpus(world_size)
+    simulate_gpus(world_size if gpus is None else gpus)
     _record_backend()
     _seen["port"] = port
     worker = load(path)

@@ -29,6 +29,7 @@ class PlacementReport(TypedDict):
     rank: int
     given: str  # the stand-in GPU wrap was given
     asked: list[str]  # the GPUs the wrapped model was sent to, in order ("cuda": the current)
+    wrapper_asked: list[str]  # the GPUs the wrapper itself was sent to once it had wrapped
     current: str  # the GPU ``torch.cuda.set_device`` last chose ("cuda:0" if never called)
 
 
@@ -108,8 +109,11 @@ def wrap_given_a_gpu(rank: int, world_size: int, port: int, path: str) -> None:
         wrapped = worker.wrap(model, rank, given)
         inner = getattr(wrapped, "module", wrapped)
         asked = _asked.get(id(inner)) or _asked.get(id(model)) or []
+        # (the wrapper's own .to() reaches the model too, but after DDP(...) took it as it was)
+        later = _asked.get(id(wrapped), []) if wrapped is not inner else []
         send_typed(PlacementReport(
-            rank=rank, given=str(given), asked=list(asked), current=chosen()
+            rank=rank, given=str(given), asked=list(asked), wrapper_asked=list(later),
+            current=chosen(),
         ))  # fmt: skip
     finally:
         group.leave()
