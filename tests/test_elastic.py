@@ -242,7 +242,7 @@ def test_the_slurm_script_starts_the_worker_with_arguments_it_accepts(workers):
     [
         ("workers/stage_09.py", "workers/stage_08.py", "not workers/stage_09.py"),
         ("--epochs 10", "--epochs 10 --lr 0.1", "rejects its arguments"),
-        ("--ntasks-per-node=1", "--ntasks-per-node=4", "ntasks-per-node=1"),
+        ("--ntasks-per-node=1", "--ntasks-per-node=4", "would start 4 torchruns on each node"),
         ("--nproc-per-node=gpu", "--nproc-per-node=2", "not one rank per GPU"),
         ("srun torchrun", "torchrun", "first node only"),
         ('--nnodes="$SLURM_NNODES"', "--nnodes=3", "not the allocation's --nodes"),

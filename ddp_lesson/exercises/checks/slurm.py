@@ -188,7 +188,7 @@ def check_slurm(path: str | os.PathLike, script: str, parse_args: Callable) -> R
         "\n"
         + "\n".join(
             [
-                f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, one task per node)",
+                f"nodes: {sbatch.get('nodes')}, one torchrun on each (srun, --ntasks-per-node=1)",
                 f"ranks per node: one per GPU ({_gpus_said(sbatch)}, --nproc-per-node="
                 f"{given.nproc_per_node})",
                 f"rendezvous: c10d at {given.rdzv_endpoint}, job id {given.rdzv_id}",
