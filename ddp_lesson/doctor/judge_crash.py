@@ -102,8 +102,8 @@ def _gone_early(reading: Reading, other, waiter, error: dict, lost: str) -> str:
             f"from its function{left.rstrip(',')}; rank {waiter.rank} went on past its step "
             f"{len(other.trail)} and gave up waiting for it{quote(reading, error['line'])} "
             f"(it raised {error['type']}): every rank must make the same number of training "
-            "steps; find what differs between them (an epoch count, an early stop or a break "
-            "decided on one rank)"
+            "steps; find what differs between them (the batches each rank's data gives, an "
+            "epoch count, an early stop or a break decided on one rank)"
         )
     return (
         f"rank {other.rank} had already returned from its function{left} when {lost} "

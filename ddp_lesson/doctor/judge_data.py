@@ -94,6 +94,16 @@ def _repeated_order(mine, repeats, ranks, line) -> tuple[str, int | None]:
             calls[0]["line"],
         )
     at = next(i for i, e in enumerate(mine) if e is repeats[0])
+    value = repeats[0]["epoch"]
+    if at and mine[at - 1].get("epoch") != value:  # set before this epoch, to an old value
+        return (
+            f"rank 0 iterated the same order in epoch 0 and epoch {at}: before epoch {at}, "
+            f"set_epoch (line {calls[0]['line']}) was given {value!r} again, a value an "
+            "earlier epoch had (epoch numbers that start again, as in a second phase or a "
+            "resumed run), and the same value gives the same order; pass a number that "
+            "keeps counting over the whole run",
+            calls[0]["line"],
+        )
     return (
         f"rank 0 iterated the same order in epoch {at - 1} and epoch {at} (the sampler's "
         f"epoch was still {repeats[0]['epoch']} when epoch {at} began): set_epoch is called "

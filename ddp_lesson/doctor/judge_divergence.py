@@ -99,7 +99,7 @@ def parting_cause(ranks: list[ProcessRecord]) -> Cause | None:
     if kind == "before_step":
         return _changed_gradients(ranks, spans, before, now)
     if kind == "step":
-        return _stepped_apart([rank_of(r) for r in ranks], before, now)
+        return _stepped_apart(ranks, before, now)
     if kind == "backward":
         return _stepped_unsynced(ranks, lines, k)
     return None
@@ -114,12 +114,25 @@ def _stepped_unsynced(ranks, lines, k: int) -> Cause | None:
     backward moves each rank by gradients of its own.
     """
     forward = [t[k - 1][1] for t in lines]
-    after = [t[k + 1][1] if k + 1 < len(t) else None for t in lines]
     if forward[0]["event"] != "forward" or forward[0].get("synced", True):
         return None
-    if any(e is None or e["event"] != "before_step" for e in after):
-        return None  # another backward comes first: accumulation, as it should be
-    backward, step = lines[0][k][1]["line"], after[0]["line"]
+    # the forwards up to the next step: accumulation has its last one outside no_sync()
+    rest = [e for _, e in lines[0][k + 1 :]]
+    ahead = rest[: next((i for i, e in enumerate(rest) if e["event"] == "before_step"), 0) + 1]
+    if not ahead or ahead[-1]["event"] != "before_step":
+        return None
+    if any(e["event"] == "forward" and e.get("synced", True) for e in ahead):
+        return None  # a backward outside no_sync() comes before the step, as it should
+    backward, step = lines[0][k][1]["line"], ahead[-1]["line"]
+    if any(e["event"] == "forward" for e in ahead):
+        return Cause(
+            f"no backward before optimizer.step() (line {step}) ran outside model.no_sync() "
+            f"(the forward passes at line {forward[0]['line']} all ran inside it): the "
+            "gradients were never averaged, so each rank stepped with gradients of its own. "
+            "Inside no_sync() go all micro-batches but the last; the last, the one right "
+            "before the step, must run outside it",
+            forward[0]["line"],
+        )
     return Cause(
         f"optimizer.step() (line {step}) came right after a backward (line {backward}) of a "
         f"forward pass inside model.no_sync() (line {forward[0]['line']}): that backward's "
@@ -218,8 +231,13 @@ def _changed_gradients(ranks, spans, before, now) -> Cause | None:
     )
 
 
-def _stepped_apart(ranks: list[int], before, now) -> Cause:
-    """Equal parameters and gradients before a step, apart after it: the optimisers differ."""
+def _stepped_apart(records: list[ProcessRecord], before, now) -> Cause:
+    """Equal parameters and gradients before a step, apart after it: the optimisers differ.
+
+    When their learning rates differ and a scheduler stepped a different number of
+    times on each rank, the scheduler's line owns it.
+    """
+    ranks = [rank_of(r) for r in records]
     line = now[0]["line"]
     settings = [e.get("settings") or [] for e in before]
     differing = sorted(
@@ -235,6 +253,17 @@ def _stepped_apart(ranks: list[int], before, now) -> Cause:
             f"rank {rank} {key}={groups[at].get(key)}"
             for rank, groups in zip(ranks, settings, strict=True)
         ) + group
+        counts = [len(r.schedules) for r in records]
+        if key == "lr" and len(set(counts)) > 1:
+            at = next(r.schedules[0] for r in records if r.schedules)
+            stepped = ", ".join(f"rank {rank}: {n}" for rank, n in zip(ranks, counts, strict=True))
+            return Cause(
+                f"the ranks' optimisers differ ({values}): the scheduler at line {at} stepped "
+                f"a different number of times on each rank ({stepped}), so from the same "
+                f"averaged gradients optimizer.step() (line {line}) moved each rank's "
+                "parameters by a different amount. Step the scheduler on every rank",
+                at,
+            )
         return Cause(
             f"the ranks' optimisers differ ({values}): from the same averaged gradients "
             f"optimizer.step() (line {line}) moved each rank's parameters by a different "

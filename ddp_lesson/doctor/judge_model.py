@@ -235,6 +235,9 @@ def _parted_later(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
                 r.rank for r, t in zip(ranks, trails, strict=True)
                 if k and _apart([t[k]["pre"], t[k - 1]["post"]])
             ]  # fmt: skip
+            loaded = _loaded_after(ranks, trails, k - 1) if k else None
+            if loaded is not None:
+                return loaded
             who = f"rank {changed[0]}'s" if len(changed) == 1 else "the ranks'"
             return (
                 f"the ranks' parameters were identical after step {k}, but apart before "
@@ -270,6 +273,24 @@ def _parted_later(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
                 line,
             )
     return None
+
+
+def _loaded_after(ranks: list[ProcessRecord], trails, k: int) -> tuple[str, int] | None:
+    """Some ranks only loaded a state dict into the model after step ``k + 1``: text, line."""
+    loads = [t[k].get("loads") or [] for t in trails]
+    loaded = [r.rank for r, own in zip(ranks, loads, strict=True) if own]
+    if not loaded or len(loaded) == len(ranks):
+        return None
+    line = next(own[0] for own in loads if own)
+    others = ", ".join(str(r.rank) for r, own in zip(ranks, loads, strict=True) if not own)
+    return (
+        f"after optimizer step {k + 1}, rank(s) {', '.join(map(str, loaded))} loaded a state "
+        f"dict into the model (line {line}) and rank(s) {others} did not, so the ranks went "
+        "on from different weights: DDP copies rank 0's parameters to the others only when "
+        "it wraps the model. Load on every rank (map_location to each rank's device), or "
+        "load before DDP(...)",
+        line,
+    )
 
 
 def _summed_not_averaged(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:

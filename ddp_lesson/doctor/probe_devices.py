@@ -72,12 +72,24 @@ FACTORIES = (
 
 
 def on_cpu(factory: Callable) -> Callable:
+    """``factory`` with any GPU its ``device=`` names turned into the CPU.
+
+    TorchScript (which torch's own modules use as they import, such as
+    ``torch.distributed.optim``) still compiles a call of it as torch's
+    operator: it cannot compile the replacement itself.
+    """
+
     def made(*args, **kwargs):
         if "device" in kwargs and cuda_name(kwargs["device"]):
             kwargs = {**kwargs, "device": "cpu"}
         return factory(*args, **kwargs)
 
     made.__doc__ = factory.__doc__
+    from torch.jit import _builtins
+
+    operator = _builtins._find_builtin(factory)
+    if operator is not None:
+        _builtins._register_builtin(made, operator)
     return made
 
 

@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from .probe_state import (
     blocking,
+    caller_line,
     group_key,
     is_learner,
     learner_line,
@@ -392,12 +393,15 @@ def check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> None
         return
     op, at, _ = where.decode().split(":")
     what = "a backward pass, where DDP averages gradients" if op == "backward" else "DDP(...)"
+    caller = caller_line(sys._getframe(1))
+    called = f", called from line {caller}" if caller is not None else ""
     stop_at_stage(
         "process_group",
-        f"rank {rank} waits in {name}() (line {line}) while rank {other} waits in {what} "
-        f"(line {at}), which needs every rank: the ranks are at different collectives, so "
-        "both would wait until the timeout; every rank must call the same collectives in "
-        "the same order",
+        f"rank {rank} waits in {name}() (line {line}{called}) while rank {other} waits in "
+        f"{what} (line {at}), which needs every rank: the ranks are at different "
+        "collectives, which never match, so they wait for each other until the group's "
+        "timeout (or the backend fails on the mismatch first); every rank must call the "
+        "same collectives in the same order",
         line,
     )
 

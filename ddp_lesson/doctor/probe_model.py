@@ -88,13 +88,19 @@ def note_gradients() -> None:
 
 
 def note_unused() -> None:
-    """After a backward pass: the parameters of each DDP model that got no gradient."""
+    """After a backward pass: the parameters of each DDP model that got no gradient.
+
+    Only for a model the backward reached: one that got no gradient at all
+    was not in this loss (a GAN's generator in the discriminator's step), and
+    is judged after a backward that reaches it.
+    """
     changed = False
     for entry, module in process_state.get("ddp", []):
         if entry["unused"] is None:
-            entry["unused"] = [
-                name for name, p in module.named_parameters() if p.requires_grad and p.grad is None
-            ]
+            trains = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+            if trains and all(p.grad is None for _, p in trains):
+                continue
+            entry["unused"] = [name for name, p in trains if p.grad is None]
             changed = True
     if changed:
         save_record()
@@ -271,7 +277,28 @@ def buffers_sum() -> float | None:
         return float(sum(b.detach().double().sum() for b in buffers))
 
 
+def _outermost(optimizer, starting: bool) -> bool:
+    """Whether this step is no other optimiser's inner step (ZeroRedundancyOptimizer steps a
+    local optimiser over its shard of the parameters inside its own step).
+
+    ``starting``: called before the step (else after). Steps that raised leave
+    their entry behind; a new step of the same optimiser clears it.
+    """
+    stack = thread_local.__dict__.setdefault("optimizer_steps", [])
+    if starting:
+        if id(optimizer) in stack:
+            del stack[stack.index(id(optimizer)) :]
+        stack.append(id(optimizer))
+        return len(stack) == 1
+    outermost = stack[:1] == [id(optimizer)]
+    if stack and stack[-1] == id(optimizer):
+        stack.pop()
+    return outermost
+
+
 def after_step(optimizer, args, kwargs) -> None:
+    if not _outermost(optimizer, starting=False):
+        return
     record = process_state["record"]
     note_trail("post")
     if record is None or len(record.steps) >= STEPS_KEPT:
@@ -344,15 +371,20 @@ def note_event(event: str, line: int | None = None, **extra) -> None:
 def note_load(module, incompatible) -> None:
     """After ``load_state_dict`` into a wrapped model (or a part of it): a load event."""
     line = learner_line(3)
-    events = process_state["record"].model_events
+    record = process_state["record"]
+    events = record.model_events
     if events and events[-1]["event"] == "load" and events[-1]["line"] == line:
         return  # the same call, seen from another part of the model
     note_event("load", line)
+    if record.trail and line not in record.trail[-1].get("loads", []):
+        record.trail[-1].setdefault("loads", []).append(line)  # (after that step)
     save_record()
 
 
 def before_step(optimizer, args, kwargs) -> None:
     """Before an optimiser step: a ``before_step`` event with the optimiser's settings."""
+    if not _outermost(optimizer, starting=True):
+        return
     settings = [
         {k: v for k, v in group.items() if isinstance(v, (int, float, tuple, bool))}
         for group in optimizer.param_groups

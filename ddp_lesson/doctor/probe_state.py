@@ -125,6 +125,21 @@ def frame_line(frame) -> int | None:
     return None
 
 
+def caller_line(frame) -> int | None:
+    """The learner's line that called the function running the learner's innermost line.
+
+    ``None`` when that function is the outermost of the learner's on the stack.
+    """
+    seen = 0
+    while frame is not None:
+        if is_learner(frame.f_code.co_filename):
+            seen += 1
+            if seen == 2:
+                return frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
 def called_name(target: object) -> str:
     """The name of what a process was started to run (through any ``functools.partial``)."""
     while isinstance(target, functools.partial):

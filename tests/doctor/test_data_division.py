@@ -45,6 +45,9 @@ SAYS = {
     "shuffled_per_rank": (
         ["the ranks built different data sets", "seeded random.Random with 0"], []
     ),
+    "epochs_counted_per_phase": (
+        ["set_epoch (line 16) was given 0 again", "keeps counting"], ["too late"]
+    ),
     "replicas_from_config": (
         ["never seen by any rank", "num_replicas=4 for a world of 2"],
         ["went to more than one rank"],

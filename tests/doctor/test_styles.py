@@ -51,6 +51,7 @@ SAYS = {
     "by_hand_no_broadcast": {"model_wrapping": "started from weights of its own"},
     "unused_head": {"model_wrapping": "`aux.weight`, `aux.bias`"},
     "eval_rank0": {"process_group": "rank 1 ended without calling it"},
+    "check_in_between_rank0": {"process_group": "(line 17, called from line 35)"},
     "destroy_early": {"teardown": "after destroy_process_group() at line 22"},
     "node_rank": {"process_group": "both claimed rank 0"},
     "config_world": {"spawning": "for a world of 4"},
@@ -128,6 +129,8 @@ SAYS = {
     },
     # a rank stuck elsewhere is named with its line, not the step its partner waited in
     "spin_rank1": {"model_wrapping": "parameters identical on every rank"},
+    "zero_sharded_optimizer": {"model_wrapping": "parameters identical on every rank"},
+    "two_models_adversarial": {"model_wrapping": "parameters identical on every rank"},
 }
 
 #: Command-line arguments a script is diagnosed with.
