@@ -365,6 +365,27 @@ def _shares_text(
     return text
 
 
+def _stream_ended_early(first: dict[int, dict]) -> str | None:
+    """A rank whose stream ended after fewer batches than another rank's gave: the text."""
+    ended = {rank: e["yielded"] for rank, e in first.items() if e.get("ended") and "yielded" in e}
+    if not ended:
+        return None
+    shortest = min(ended, key=ended.get)
+    counts = {r: e.get("yielded", 0) for r, e in first.items()}
+    longer = {r: n for r, n in counts.items() if n > ended[shortest]}
+    if not longer:
+        return None
+    rank, count = max(longer.items(), key=lambda item: item[1])
+    more = f"{count}" if first[rank].get("ended") else f"at least {count}"
+    return (
+        f"rank {shortest}'s loader ran out after {ended[shortest]} batches in the first epoch, "
+        f"while rank {rank}'s gave {more}: {UNEVEN}, so the rank with more batches waits "
+        "in its extra backward pass for ranks that have finished. Give every rank as many "
+        "batches (split the stream into equal shares, dropping the remainder), or train "
+        "inside model.join()"
+    )
+
+
 def _split_fix(workers: int) -> str:
     by_worker = (
         " and of this loader worker (get_worker_info() gives its id and num_workers)"
@@ -411,6 +432,10 @@ def _stream_notes(ranks, shown) -> list[str]:
                     and repeats and 4 * repeats >= len(entry["items"]):  # fmt: skip
                 note_shown(shown, "data_division", _repeated_text(rank, entry, counts), line)
                 break
+        uneven = _stream_ended_early(first)
+        if uneven is not None and not any(e.get("join") for r in ranks for e in r.ddp):
+            note_shown(shown, "data_division", uneven, line)
+            continue
         held = Counter(i for entry in first.values() for i in set(entry["items"]))
         shared = {i for i, n in held.items() if n > 1}
         fewest = min(len(set(entry["items"])) for entry in first.values())

@@ -254,8 +254,17 @@ def begin_stream(iterator) -> None:
 
 def recorded_next(original):
     def next_batch(self):
-        batch = original(self)
+        try:
+            batch = original(self)
+        except StopIteration:
+            entry = getattr(self, "_doctor_stream", None)  # (made by the epoch's first call)
+            if entry is not None and not entry.get("ended"):
+                entry["ended"] = True  # (the stream gave "yielded" batches in all)
+                save_record()
+            raise
         entry = getattr(self, "_doctor_stream", None)
+        if entry is not None:
+            entry["yielded"] = entry.get("yielded", 0) + 1
         if entry is not None and entry["batches"] < process_state["settings"].batches:
             entry["items"].extend(item_prints(batch, self._auto_collation))
             entry["batches"] += 1

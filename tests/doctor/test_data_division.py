@@ -30,6 +30,11 @@ SAYS = {
         ["rank 0 received each of its", "2 loader workers", "get_worker_info()"],
         ["DistributedSampler"],
     ),
+    "stream_files_uneven": (
+        ["rank 1's loader ran out after 4 batches in the first epoch",
+         "rank 0's gave at least 5", "same number of steps on every rank"],
+        ["DistributedSampler("],
+    ),
     "stream_split": (["each rank received", "no item twice"], []),
     "stream_unsplit": (
         ["ranks 0 and 1 received the same", "split the stream by rank"],
