@@ -199,6 +199,29 @@ def device_for(rank: int, world_size: int, *, gpus: int | None = None) -> torch.
     return torch.device("cpu")
 
 
+def gpu_named(device: object) -> str | None:
+    """``"cuda:N"`` (or ``"cuda"``) when ``device`` names a GPU, else ``None``.
+
+    What ``Module.to`` and the tensor factories would be given: a number, a
+    string or a ``torch.device`` (a ``bool`` is no device).
+
+    >>> gpu_named(1), gpu_named("cuda"), gpu_named(torch.device("cpu")), gpu_named(True)
+    ('cuda:1', 'cuda', None, None)
+    """
+    if isinstance(device, bool):
+        return None
+    if isinstance(device, int):
+        return f"cuda:{device}"
+    if isinstance(device, str | torch.device):
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError):
+            return None
+        if device.type == "cuda":
+            return "cuda" if device.index is None else f"cuda:{device.index}"
+    return None
+
+
 def ddp_device_ids(device: torch.device) -> list[int] | None:
     """The ``device_ids`` argument DDP wants for a module on ``device``.
 

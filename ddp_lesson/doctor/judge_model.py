@@ -247,32 +247,39 @@ def _parted_later(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
                 None,
             )
         if _apart(posts):
-            lrs = [s.get("lr") for s in steps]
-            said = ", ".join(
-                f"rank {r.rank}: {lr:.6g}" if isinstance(lr, float) else f"rank {r.rank}: {lr}"
-                for r, lr in zip(ranks, lrs, strict=True)
-            )
-            why = (
-                f"their learning rates differ ({said}): is a scheduler stepped on some ranks only?"
-                if len(set(lrs)) > 1
-                else "their optimisers' settings or states differ"
-            )
-            stepped = sorted({len(r.schedules) for r in ranks})
-            lines = [r.schedules[0] for r in ranks if r.schedules]
-            line = lines[0] if len(stepped) > 1 and lines else None
-            if line is not None:
-                counts = ", ".join(f"rank {r.rank}: {len(r.schedules)}" for r in ranks)
-                why = (
-                    f"their learning rates differ ({said}): the scheduler at line {line} "
-                    f"stepped a different number of times on each rank ({counts}); step it "
-                    "on every rank"
-                )
-            return (
-                f"the ranks' parameters were identical before optimizer step {k + 1} of the "
-                f"doctor's short run (a few batches per epoch) and apart after it: {why}",
-                line,
-            )
+            return _stepped_apart_later(ranks, steps, k)
     return None
+
+
+def _stepped_apart_later(
+    ranks: list[ProcessRecord], steps: list[dict], k: int
+) -> tuple[str, int | None]:
+    """Equal parameters before trail step ``k + 1`` and apart after it: text and line."""
+    lrs = [s.get("lr") for s in steps]
+    said = ", ".join(
+        f"rank {r.rank}: {lr:.6g}" if isinstance(lr, float) else f"rank {r.rank}: {lr}"
+        for r, lr in zip(ranks, lrs, strict=True)
+    )
+    why = (
+        f"their learning rates differ ({said}): is a scheduler stepped on some ranks only?"
+        if len(set(lrs)) > 1
+        else "their optimisers' settings or states differ"
+    )
+    stepped = sorted({len(r.schedules) for r in ranks})
+    lines = [r.schedules[0] for r in ranks if r.schedules]
+    line = lines[0] if len(stepped) > 1 and lines else None
+    if line is not None:
+        counts = ", ".join(f"rank {r.rank}: {len(r.schedules)}" for r in ranks)
+        why = (
+            f"their learning rates differ ({said}): the scheduler at line {line} "
+            f"stepped a different number of times on each rank ({counts}); step it "
+            "on every rank"
+        )
+    return (
+        f"the ranks' parameters were identical before optimizer step {k + 1} of the "
+        f"doctor's short run (a few batches per epoch) and apart after it: {why}",
+        line,
+    )
 
 
 def _loaded_after(ranks: list[ProcessRecord], trails, k: int) -> tuple[str, int] | None:

@@ -88,7 +88,6 @@ from .probe_devices import (  # noqa: F401
     FACTORIES,
     called_by_learner,
     cpu_location,
-    cuda_name,
     install_accelerator,
     install_cpu_stand_ins,
     install_placement_record,

@@ -125,7 +125,7 @@ def subset_of(dataset: object) -> dict:
 
 #: The most items of a data set :func:`dataset_prints` fingerprints all of (``"every"``),
 #: and the seconds it may spend on them (a data set read from files stops early).
-EVERY_ITEM_MAX, EVERY_ITEM_S = 4096, 1.0
+EVERY_ITEM_MAX, EVERY_ITEM_S = 4096, 0.25
 
 
 def dataset_prints(dataset: object) -> dict:

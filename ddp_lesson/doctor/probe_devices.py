@@ -29,30 +29,15 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..devices import gpu_named
 from .probe_state import is_learner, learner_line, originals, process_state, set_for_good
-
-
-def cuda_name(device: object) -> str | None:
-    """``"cuda:N"`` (or ``"cuda"``) if ``device`` names a GPU, else ``None``."""
-    if isinstance(device, bool):
-        return None
-    if isinstance(device, int):
-        return f"cuda:{device}"
-    if isinstance(device, str | torch.device):
-        try:
-            device = torch.device(device)
-        except (RuntimeError, TypeError):
-            return None
-        if device.type == "cuda":
-            return "cuda" if device.index is None else f"cuda:{device.index}"
-    return None
 
 
 def to_cpu(args: tuple, kwargs: dict) -> tuple[tuple, dict, str | None]:
     asked = None
-    if "device" in kwargs and (asked := cuda_name(kwargs["device"])):
+    if "device" in kwargs and (asked := gpu_named(kwargs["device"])):
         kwargs = {**kwargs, "device": "cpu"}
-    elif args and (asked := cuda_name(args[0])):
+    elif args and (asked := gpu_named(args[0])):
         args = ("cpu", *args[1:])
     return args, kwargs, asked
 
@@ -80,7 +65,7 @@ def on_cpu(factory: Callable) -> Callable:
     """
 
     def made(*args, **kwargs):
-        if "device" in kwargs and cuda_name(kwargs["device"]):
+        if "device" in kwargs and gpu_named(kwargs["device"]):
             kwargs = {**kwargs, "device": "cpu"}
         return factory(*args, **kwargs)
 
@@ -96,8 +81,8 @@ def on_cpu(factory: Callable) -> Callable:
 def cpu_location(location: object) -> object:
     """``torch.load``'s ``map_location`` with every GPU it names as the CPU stand-in."""
     if isinstance(location, dict):
-        return {k: "cpu" if cuda_name(v) else v for k, v in location.items()}
-    if isinstance(location, str | torch.device) and cuda_name(location):
+        return {k: "cpu" if gpu_named(v) else v for k, v in location.items()}
+    if isinstance(location, str | torch.device) and gpu_named(location):
         return "cpu"
     return location
 
@@ -168,8 +153,8 @@ def install_accelerator(gpus: int) -> None:
 def record_set_device(device: object, line: int | None) -> None:
     record = process_state["record"]
     if record is not None:
-        record.set_device.append({"asked": cuda_name(device), "line": line})
-    name = cuda_name(device)
+        record.set_device.append({"asked": gpu_named(device), "line": line})
+    name = gpu_named(device)
     chosen = process_state.get("chosen")
     if chosen is not None and name and ":" in name:
         chosen[0] = int(name.split(":")[1])
@@ -189,7 +174,7 @@ def install_cpu_stand_ins(gpus: int) -> None:
 
     def module_cuda_cpu(self, device=None):
         # no device: the current one, which torch.cuda.set_device chose
-        place(self, "cuda" if device is None else cuda_name(device), learner_line())
+        place(self, "cuda" if device is None else gpu_named(device), learner_line())
         return self
 
     def set_device(device):
@@ -226,7 +211,7 @@ def install_placement_record() -> None:
         line = learner_line()
         if line is not None:
             device = kwargs.get("device", args[0] if args else None)
-            place(self, cuda_name(device), line)
+            place(self, gpu_named(device), line)
         return module_to(self, *args, **kwargs)
 
     set_for_good(nn.Module, "to", module_to_recorded)

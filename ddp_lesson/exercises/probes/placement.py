@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ... import group
+from ...devices import gpu_named
 from ...launch import torch_hooks
 from ...reports import send_typed, sends
 from ...sources import load
@@ -35,26 +36,6 @@ class PlacementReport(TypedDict):
 
 #: The GPUs each module was sent to, by the module's id (filled by the stand-ins).
 _asked: dict[int, list[str]] = {}
-
-
-def gpu_named(device: object) -> str | None:
-    """``"cuda:N"`` (or ``"cuda"``) when ``device`` names a GPU, else ``None``.
-
-    >>> gpu_named(1), gpu_named("cuda"), gpu_named(torch.device("cpu")), gpu_named(True)
-    ('cuda:1', 'cuda', None, None)
-    """
-    if isinstance(device, bool):
-        return None
-    if isinstance(device, int):
-        return f"cuda:{device}"
-    if isinstance(device, str | torch.device):
-        try:
-            device = torch.device(device)
-        except (RuntimeError, TypeError):
-            return None
-        if device.type == "cuda":
-            return "cuda" if device.index is None else f"cuda:{device.index}"
-    return None
 
 
 def _stand_in_placement() -> None:
