@@ -7,7 +7,9 @@ its own (stand-ins: ``torch.cuda`` reports them, nothing is touched) and
 what the learner's code does with it is judged:
 
 * :func:`gpu_not_selected` (``check_process_group``): ``ddp_setup`` must ask
-  for NCCL and select ``cuda:rank`` before the group
+  for NCCL and select ``cuda:rank`` before the group; and on a machine with
+  one GPU fewer than ranks, ask for neither NCCL nor a GPU it lacks (the
+  course runs CPU processes there)
   (:func:`ddp_lesson.exercises.probes.launchers.script_on_gpus`);
 * :func:`left_behind` (``check_wrap``): the model must be sent to the GPU
   ``wrap`` is given
