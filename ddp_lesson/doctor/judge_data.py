@@ -45,15 +45,15 @@ def _unseen(first: list[dict], world: int) -> list[int]:
     return unseen if len(unseen) > allowed else []
 
 
-def _unseen_text(first: list[dict], unseen: list[int], world: int) -> str:
+def _unseen_text(first: list[dict], unseen: list[int], world: int, shared: bool = False) -> str:
     size, sampler, replicas = first[0]["size"], first[0]["sampler"], first[0].get("replicas")
     seen = size - len(unseen)
     shown = ", ".join(map(str, unseen[:8])) + (" ..." if len(unseen) > 8 else "")
     text = (
         f"{len(unseen)} of the {size} training items were never seen by any rank in an "
         f"epoch: the {world} ranks together iterated {seen} (never seen: "
-        f"{'indices' if len(unseen) > 1 else 'index'} {shown}), "
-        "though their shards do not overlap"
+        f"{'indices' if len(unseen) > 1 else 'index'} {shown})"
+        + ("" if shared else ", though their shards do not overlap")
     )
     if sampler == "DistributedSampler" and replicas and replicas != world:
         return text + (
@@ -282,7 +282,8 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             note_shown(shown, "data_division", _padded_text(line, counts, size, shared), line)
             continue
         if trained and unseen:
-            note_shown(shown, "data_division", _unseen_text(first, unseen, len(ranks)),
+            said = _unseen_text(first, unseen, len(ranks), bool(shared))
+            note_shown(shown, "data_division", said,
                  first[0].get("sampler_line") or line)  # fmt: skip
             continue
         # the epochs that trained: a look at one batch (next(iter(loader))) is no epoch

@@ -135,6 +135,10 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if elsewhere is not None:
         add(*elsewhere)
         return Judged.of(shown)
+    held = _held_apart(ranks)
+    if held is not None:
+        add(*held)
+        return Judged.of(shown)
     compared = None if unused else _parameter_gap(ranks)  # unused: no step completed
     if compared is not None and compared[1] > TOLERANCE:
         add(*_parted(ranks, wrapped, *compared))
@@ -154,6 +158,25 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if compared is not None or wrapped:
         return Judged.of(shown, {"model_wrapping": _in_step(wrapped, compared, stand_in)})
     return Judged.of(shown)
+
+
+def _held_apart(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
+    """Optimisers that hold different parameters on different ranks: the text and line."""
+    stepped = [r for r in ranks if r.params is not None and r.steps]
+    sizes = [int(r.params.numel()) for r in stepped]
+    held = [r.steps[0].get("held") for r in stepped]
+    if len(stepped) < 2 or (len(set(sizes)) < 2 and len(set(held)) < 2):
+        return None
+    line = next(
+        (e["line"] for r in stepped for e in r.model_events if e["event"] == "step"), None
+    )
+    said = ", ".join(f"rank {r.rank}: {n} tensor(s)" for r, n in zip(stepped, held, strict=True))
+    return (
+        f"the ranks' optimisers hold different parameters ({said}): each rank's "
+        "optimizer.step() updates other weights, so the ranks' models part. Build the "
+        "optimiser from the same parameters on every rank (e.g. model.parameters())",
+        line,
+    )
 
 
 def _plain_apart(wrapped: list[ProcessRecord]) -> tuple[str, int | None] | None:

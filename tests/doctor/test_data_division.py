@@ -55,7 +55,7 @@ SAYS = {
     ),
     "replicas_from_config": (
         ["never seen by any rank", "num_replicas=4 for a world of 2"],
-        ["went to more than one rank"],
+        ["went to more than one rank", "do not overlap"],
     ),
     "sampler_seeded_per_rank": (
         ["went to more than one rank", "different seeds (rank 0: 3, rank 1: 4)",

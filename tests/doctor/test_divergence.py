@@ -42,6 +42,8 @@ SAYS = {
                             "Step the scheduler on every rank"], True),
     "resume_on_rank0_later": (["rank(s) 0 loaded a state dict into the model (line 41)",
                                "rank(s) 1 did not", "Load on every rank"], True),
+    "optimizer_part_per_rank": (["the ranks' optimisers hold different parameters",
+                                 "rank 0: 4 tensor(s), rank 1: 2 tensor(s)"], False),
     "random_features_per_rank": (["keeps `projection` (a tensor of shape [2, 8])",
                                   "neither a parameter nor a buffer", "register_buffer"],
                                  False),
