@@ -273,12 +273,18 @@ def _placed(
 
 
 def load(path: str | os.PathLike, name: str = "learner_worker") -> ModuleType:
-    """Import the Python file at ``path`` as a fresh module (not cached in ``sys.modules``).
+    """Import the Python file at ``path`` as a fresh module, run from the file as it is now.
 
     The exercises' probes and the doctor load a learner's file this way in
-    every rank, so that each rank runs the file as it is on disk now.
+    every rank, so that each rank runs the file as it is on disk now. The
+    module is ``sys.modules[name]`` while it runs and after (replacing an
+    earlier load): code that looks its own module up there, such as
+    ``@dataclass`` under ``from __future__ import annotations``, finds it.
     """
+    import sys
+
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module

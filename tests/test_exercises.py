@@ -261,7 +261,9 @@ def test_check_process_group_fails_wrong_answers(answer, stage, fragment, deadli
     assert fragment in str(result)
 
 
-@pytest.mark.parametrize("answer", ["pg_tcp_init_method.py", "pg_reference_rewritten.py"])
+@pytest.mark.parametrize(
+    "answer", ["pg_tcp_init_method.py", "pg_reference_rewritten.py", "pg_dataclass_settings.py"]
+)
 def test_check_process_group_passes_a_right_answer(answer):
     result = checks.check_process_group(ANSWERS / answer)
     assert result, str(result)
@@ -352,6 +354,10 @@ def test_check_sampler_prediction_passes_a_right_answer():
         ),
         pytest.param(
             "wrap_moved_after_wrapping.py", "only after DDP(...) had wrapped it on the CPU",
+            marks=ON_CPU,
+        ),
+        pytest.param(
+            "wrap_first_gpu_ids.py", "on rank 1, DDP(...) was told the model is on cuda:0",
             marks=ON_CPU,
         ),
     ],

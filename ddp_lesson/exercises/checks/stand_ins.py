@@ -110,6 +110,18 @@ def left_behind(name: str, path: str, plan: devices.Plan) -> Result | None:
     for report in sorted(got, key=lambda r: r["rank"]):
         given, asked = report["given"], report["asked"]
         went = [report["current"] if a == "cuda" else a for a in asked]
+        ids = report["device_ids"]
+        if given in went and ids and given not in ids:
+            return failed(
+                name,
+                stage=MODEL,
+                expected=f"DDP told the GPU the model is on (rank {report['rank']}'s model went "
+                f"to {given}, a stand-in)",
+                happened=f"on rank {report['rank']}, DDP(...) was told the model is on "
+                f"{', '.join(ids)} (its device_ids)",
+                fix="wrap, where DDP is built: which GPU does device_ids name on each rank?",
+                answer="DDP(model, device_ids=[rank]) on a GPU",
+            )
         if given in went:
             continue
         moved_late = [report["current"] if a == "cuda" else a for a in report["wrapper_asked"]]

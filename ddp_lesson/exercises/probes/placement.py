@@ -31,11 +31,14 @@ class PlacementReport(TypedDict):
     given: str  # the stand-in GPU wrap was given
     asked: list[str]  # the GPUs the wrapped model was sent to, in order ("cuda": the current)
     wrapper_asked: list[str]  # the GPUs the wrapper itself was sent to once it had wrapped
+    device_ids: list[str] | None  # the GPUs DDP was told the model is on (None: not told)
     current: str  # the GPU ``torch.cuda.set_device`` last chose ("cuda:0" if never called)
 
 
 #: The GPUs each module was sent to, by the module's id (filled by the stand-ins).
 _asked: dict[int, list[str]] = {}
+#: What the last DDP(...) was told: ``device_ids`` as GPU names.
+_told: dict[str, list[str] | None] = {"device_ids": None}
 
 
 def _stand_in_placement() -> None:
@@ -63,6 +66,8 @@ def _stand_in_placement() -> None:
 
     def ddp_init(torch_init):
         def __init__(self, module, *args, **kwargs):
+            ids = kwargs.get("device_ids", args[0] if args else None)
+            _told["device_ids"] = None if ids is None else [gpu_named(i) or str(i) for i in ids]
             kwargs.pop("device_ids", None)  # the model the stand-in kept on the CPU has none
             kwargs.pop("output_device", None)
             args = (None, None, *args[2:])[: len(args)]  # device_ids, output_device: none
@@ -94,7 +99,7 @@ def wrap_given_a_gpu(rank: int, world_size: int, port: int, path: str) -> None:
         later = _asked.get(id(wrapped), []) if wrapped is not inner else []
         send_typed(PlacementReport(
             rank=rank, given=str(given), asked=list(asked), wrapper_asked=list(later),
-            current=chosen(),
+            device_ids=_told["device_ids"], current=chosen(),
         ))  # fmt: skip
     finally:
         group.leave()
