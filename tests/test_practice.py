@@ -345,3 +345,20 @@ def test_check_accumulate_gives_the_step_it_saw_without_a_cause():
     result = checks.check_accumulate(ANSWERS / "msg4_accumulate_by_images.py")
     assert_fails(result, SYNCING, "times too small, with 4 micro-batches on each of")
     assert "number of ranks" not in str(result), str(result)
+
+
+def test_a_rank_stopped_while_it_connected_is_read_as_ranks_not_meeting():
+    from ddp_lesson import launch
+    from ddp_lesson.exercises.checks import stage_workers
+
+    # under load, the rank that looks for the group elsewhere may be stopped mid-connect
+    error = launch.LaunchError(
+        "rank 1 raised torch.distributed.DistNetworkError: Interrupted system call\n"
+        "  at exercise_answers/msg4_pg_port_per_rank.py, line 11, in ddp_setup: "
+        "dist.init_process_group("
+    )
+    error.rank = 1
+    path = ANSWERS / "msg4_pg_port_per_rank.py"
+    result = stage_workers._not_met("check_process_group", path, devices.plan(), error)
+    assert result is not None and "may be meeting at different addresses or ports" in result.fix
+    assert "rank 1 was still trying to reach the group when it was stopped" in result.happened

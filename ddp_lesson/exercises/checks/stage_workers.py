@@ -265,14 +265,11 @@ MEETING = re.compile(r"MASTER_PORT|MASTER_ADDR|init_method")
 def _not_met(
     name: str, path: str | Path, plan: devices.Plan, error: BaseException
 ) -> Result | None:
-    """The failure for a group of world_size whose ranks did not all join rank 0, or None.
-
-    The launch's own hint says ranks never reached init_process_group; a
-    rank that calls it with another address or port never arrives either, so
-    the message says only what rank 0's error shows and where the meeting
-    place is set.
-    """
-    joined, unreached = NOT_JOINED.search(str(error)), UNREACHED.search(str(error))
+    """The failure for a group of world_size whose ranks did not all join rank 0, or None:
+    what the error shows (rank 0 waited, a rank found no one, or was stopped while it
+    connected) and where the meeting place is set."""
+    text, rank = str(error), getattr(error, "rank", "?")
+    joined, unreached = NOT_JOINED.search(text), UNREACHED.search(text)
     if joined is not None and int(joined[2]) == plan.world_size:
         seen = (
             f"rank 0 waited in init_process_group, and {joined[1]} of the {joined[2]} ranks "
@@ -280,9 +277,11 @@ def _not_met(
         )
     elif unreached is not None:
         seen = (
-            f"rank {getattr(error, 'rank', '?')} looked for the group at "
-            f"{unreached[1]}:{unreached[2]} and found no one there"
+            f"rank {rank} looked for the group at {unreached[1]}:{unreached[2]} and found "
+            "no one there"
         )
+    elif "Interrupted system call" in text and "init_process_group" in text:
+        seen = f"rank {rank} was still trying to reach the group when it was stopped"
     else:
         return None
     first, *rest = str(error).splitlines()
