@@ -291,3 +291,38 @@ def test_a_rank_stopped_before_its_function_ran_names_no_line():
         '  File "<string>", line 1 in <module>\n'
     )
     assert stacks.where(dump) == ""
+
+
+#: A rank that writes its stack in two parts with a pause between them, as a
+#: busy machine can make a rank do: its first line, then the frames.
+SLOW_DUMPER = r"""
+import signal, sys, time
+path = sys.argv[1]
+def dump(signum, frame):
+    with open(path, "a") as out:
+        out.write('Current thread 0x1 (most recent call first):\n')
+        out.flush()
+        time.sleep(0.5)
+        out.write('  File "/x/workers/w.py", line 20 in main\n')
+        out.write('  File "/x/ddp_lesson/launch/ranks.py", line 9 in entry\n')
+open(path, "w").close()
+signal.signal(signal.SIGUSR2, dump)
+print("ready", flush=True)
+while True:
+    time.sleep(0.01)
+"""
+
+
+def test_a_stack_read_while_the_rank_still_writes_it_is_waited_for(tmp_path):
+    from ddp_lesson.launch import stacks
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", SLOW_DUMPER, str(tmp_path / "stack-1.txt")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        assert stacks.take({1: child.pid}, tmp_path, {}) == {1: "workers/w.py, line 20, in main"}
+    finally:
+        child.kill()
+        child.wait()

@@ -124,17 +124,38 @@ def take(ranks: dict[int, int], folder: Path, have: dict[int, str]) -> dict[int,
             continue
         asked[rank] = path
     found: dict[int, str] = {}
+    latest: dict[int, str] = {}
     deadline = time.monotonic() + STACK_WAIT_S
     while asked and time.monotonic() < deadline:
-        time.sleep(POLL_S)  # (also lets a stack being written finish)
+        time.sleep(POLL_S)
         for rank, path in list(asked.items()):
             with contextlib.suppress(OSError):
-                text = path.read_text()
-                if text.strip():
-                    found[rank] = where(text)
-                    del asked[rank]
+                latest[rank] = path.read_text()
+            if whole(latest.get(rank, "")):
+                found[rank] = where(latest[rank])
+                del asked[rank]
+    for rank in asked:  # never whole in time (a rank not started by ranks.entry): what it wrote
+        found[rank] = where(latest.get(rank, ""))
     return {rank: text for rank, text in found.items() if text}
 
+
+def whole(dump: str) -> bool:
+    """True once a dump holds the rank's main thread down to its start (``ranks.entry``).
+
+    ``faulthandler`` writes a frame at a time, innermost first, so a dump
+    read while the rank still writes it (a busy machine can pause the rank
+    mid-dump) lacks its outer frames; the learner's line is above the entry.
+
+    >>> whole('Current thread 0x1 (most recent call first):\\n  File "/x/w.py", line 3 in main\\n')
+    False
+    >>> whole('  File "/x/w.py", line 3 in main\\n  File "/x/launch/ranks.py", line 9 in entry\\n')
+    True
+    """
+    return bool(_ENTRY.search(dump))
+
+
+#: The frame at the bottom of a rank's main thread: where :mod:`.ranks` called the function.
+_ENTRY = re.compile(r'ranks\.py", line \d+ in entry')
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$', re.M)
 
@@ -150,7 +171,7 @@ def where(dump: str) -> str:
     'x/w.py, line 3, in main'
     """
     threads = [block for block in re.split(r"\n\s*\n", dump) if _FRAME.search(block)]
-    main = [t for t in threads if re.search(r"ranks\.py\", line \d+ in entry", t)]
+    main = [t for t in threads if _ENTRY.search(t)]
     for block in main[:1] or threads[-1:]:
         for text in block.splitlines():
             match = _FRAME.match(text)
