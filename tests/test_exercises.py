@@ -7,6 +7,7 @@ solution must pass. File answers live in tests/exercise_answers/.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -165,6 +166,18 @@ def start_positional(main, world_size, port):  # right, written differently
     mp.start_processes(main, (world_size, port), world_size, start_method="spawn")
 
 
+#: torch's own start, bound when this file was imported: it starts past the check's launch
+_start_bound_early = functools.partial(mp.start_processes, start_method="spawn", join=True)
+
+
+def start_bound_early(main, world_size, port):  # right, through a partial made at import
+    _start_bound_early(main, args=(world_size, port), nprocs=world_size)
+
+
+def start_count_written_in(main, world_size, port):
+    mp.spawn(main, args=(world_size, port), nprocs=PLAN.world_size)  # this machine's count, fixed
+
+
 def start_stub(main, world_size, port):
     raise NotImplementedError("your code here")
 
@@ -178,6 +191,9 @@ def start_stub(main, world_size, port):
         (start_one_process, PLAN.world_size, ("how many processes", "nprocs")),
         (start_rank_in_args, PLAN.world_size, "which of main's arguments does args= hold"),
         (start_right, 0, "torch.cuda.device_count() is 0"),
+        # right for this machine's world size alone: called again with another, it starts
+        # the same count
+        (start_count_written_in, PLAN.world_size, "called again as start(main, "),
     ],
 )
 def test_check_spawn_fails_wrong_answers(start, world_size, fragment):
@@ -189,6 +205,7 @@ def test_check_spawn_fails_wrong_answers(start, world_size, fragment):
 
 def test_check_spawn_passes_a_right_answer_and_spots_stubs():
     assert checks.check_spawn(start_positional, PLAN.world_size)
+    assert checks.check_spawn(start_bound_early, PLAN.world_size)
     assert checks.check_spawn(start_stub, PLAN.world_size).status == checks.NOT_ATTEMPTED
     assert checks.check_spawn(start_right, ...).status == checks.NOT_ATTEMPTED
 
@@ -239,16 +256,25 @@ def test_a_multiple_choice_check_keeps_the_right_letter_back_at_first():
         ("pg_no_destroy.py", "teardown", "must be released", 15),
         # right on this machine: given a GPU per rank (stand-ins), they are not
         pytest.param(
-            "pg_gpu_never_selected.py", CONNECTING, "(given a GPU of its own, a stand-in) "
-            "selected nothing", 15, marks=ON_CPU,
-        ),
-        pytest.param(
-            "pg_gloo_everywhere.py", CONNECTING, "asked init_process_group for 'gloo'", 15,
+            "pg_gpu_never_selected.py",
+            CONNECTING,
+            "(given a GPU of its own, a stand-in) selected nothing",
+            15,
             marks=ON_CPU,
         ),
         pytest.param(
-            "pg_any_gpu_means_nccl.py", CONNECTING, "process 1 selected cuda:1, a GPU that "
-            "machine does not have", 15, marks=ON_CPU,
+            "pg_gloo_everywhere.py",
+            CONNECTING,
+            "asked init_process_group for 'gloo'",
+            15,
+            marks=ON_CPU,
+        ),
+        pytest.param(
+            "pg_any_gpu_means_nccl.py",
+            CONNECTING,
+            "process 1 selected cuda:1, a GPU that machine does not have",
+            15,
+            marks=ON_CPU,
         ),
     ],
 )
@@ -345,19 +371,23 @@ def test_check_sampler_prediction_passes_a_right_answer():
         ),
         # the plain run on the CPU cannot tell these: a stand-in GPU per rank can
         pytest.param(
-            "wrap_never_moved.py", "rank 0's model stayed where it was made, on the CPU",
+            "wrap_never_moved.py",
+            "rank 0's model stayed where it was made, on the CPU",
             marks=ON_CPU,
         ),
         pytest.param(
-            "wrap_first_gpu_everywhere.py", "rank 1's model was sent to cuda:0, not to cuda:1",
+            "wrap_first_gpu_everywhere.py",
+            "rank 1's model was sent to cuda:0, not to cuda:1",
             marks=ON_CPU,
         ),
         pytest.param(
-            "wrap_moved_after_wrapping.py", "only after DDP(...) had wrapped it on the CPU",
+            "wrap_moved_after_wrapping.py",
+            "only after DDP(...) had wrapped it on the CPU",
             marks=ON_CPU,
         ),
         pytest.param(
-            "wrap_first_gpu_ids.py", "on rank 1, DDP(...) was told the model is on cuda:0",
+            "wrap_first_gpu_ids.py",
+            "on rank 1, DDP(...) was told the model is on cuda:0",
             marks=ON_CPU,
         ),
     ],

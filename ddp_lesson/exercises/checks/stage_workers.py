@@ -8,14 +8,13 @@ that fixes it comes after a few tries at the same mistake, or with
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
-from ... import devices, launch, reports
+from ... import devices, reports
 from ...stages import stage
 from ..probes import stage_workers as probes
 from . import base, stand_ins
-from .base import Result, failed, graded, launch_checked, not_attempted, passed, quote
+from .base import Result, failed, graded, launch_checked, passed
 
 SPAWNING = stage("spawning").title
 GROUP = stage("process_group").title
@@ -46,170 +45,6 @@ check_nprocs_zero, check_easy = (
          "the EASY fault-finding: what each process iterates without the sampler"),
     )
 )  # fmt: skip
-
-
-# -- stage 1: starting processes ------------------------------------------------
-@graded
-def check_spawn(start: Callable, world_size: object, *, reveal: bool = False) -> Result:
-    """Check ``start(main, world_size, port)`` starts one process per device with the right ranks.
-
-    Args:
-        start: the learner's function; it must call ``mp.spawn`` on ``main``.
-        world_size: the learner's world size for this machine.
-        reveal: show the line that fixes a failure now, even on a first try.
-    """
-    name = "check_spawn"
-    plan = devices.plan()
-    if base.is_stub(world_size):
-        return not_attempted(name, "the world_size line")
-    wrong = _world_size_for_machine(name, plan, world_size)
-    if wrong is not None:
-        return wrong
-    got = _spawned(name, plan, start, world_size)
-    if isinstance(got, Result):
-        return got
-    ranks = [r["rank"] for r in got]
-    wrong = _one_process_per_rank(name, plan, ranks)
-    if wrong is None:
-        wrong = _told_world_size(name, got, world_size)
-    if wrong is not None:
-        return wrong
-    return passed(name, f"ranks {ranks} each started once, all told world_size={world_size}.")
-
-
-def _world_size_for_machine(name: str, plan: devices.Plan, world_size: object) -> Result | None:
-    """A failure if the learner's world size is not one process per device on this machine."""
-    if world_size != plan.world_size:
-        return failed(
-            name,
-            stage=SPAWNING,
-            expected=f"world_size = {plan.world_size}: one process per device on this machine "
-            f"({plan.reason})",
-            happened=f"world_size = {world_size!r}"
-            + (" (torch.cuda.device_count() is 0 without GPUs)" if world_size == 0 else ""),
-            fix="the world_size line: torch.cuda.device_count() where there are 2 GPUs or "
-            "more, else 2 CPU processes (DDP_LESSON_WORLD_SIZE asks this course for another)",
-        )
-    return None
-
-
-def _spawned(
-    name: str, plan, start: Callable, world_size: object
-) -> list[probes.RankReport] | Result:
-    """Run the learner's ``start`` around a probe and return the ranks' reports, or its failure."""
-    try:
-        with launch.bounded(plan.world_size, timeout_s=base.CHECK_TIMEOUT_S) as run:
-            start(probes.report_rank, world_size, run.port)
-    except NotImplementedError:
-        return not_attempted(name, "start()")
-    except launch.LaunchError as error:
-        return _launch_failure(name, plan, error)
-    except Exception as error:  # learner code: report it, never a traceback wall
-        return failed(
-            name,
-            stage=SPAWNING,
-            expected="start() to run without an error",
-            happened=quote(error),
-            fix="the body of start(): one call to mp.spawn",
-        )
-    return reports.reports_of(probes.report_rank, run.reports)
-
-
-def _launch_failure(name: str, plan: devices.Plan, error: launch.LaunchError) -> Result:
-    """The failure for a launch by ``start`` that raised: wrong arguments, no process, or other."""
-    text = str(error)
-    if "positional argument" in text:
-        return failed(
-            name,
-            stage=SPAWNING,
-            expected="main(rank, world_size, port) called with rank supplied by mp.spawn",
-            happened=quote(error),
-            fix="the mp.spawn call: mp.spawn hands each process its rank as main's first "
-            "argument; which of main's arguments does args= hold, then?",
-            answer="mp.spawn(main, args=(world_size, port), nprocs=world_size)",
-        )
-    other = re.search(r"nprocs=(\d+)\) inside launch\.bounded\(world_size=(\d+)\)", text)
-    if other:
-        return _other_count(name, int(other[1]), int(other[2]))
-    if "no process was started" in text:
-        return failed(
-            name,
-            stage=SPAWNING,
-            expected=reports.counted(plan.world_size, "process", "processes"),
-            happened="no process was started (nprocs=0 starts nothing, silently)",
-            fix="the mp.spawn call: how many processes does its nprocs ask for?",
-            answer="nprocs=world_size",
-        )
-    return failed(
-        name,
-        stage=SPAWNING,
-        expected="every rank to run main",
-        happened=quote(error),
-        fix="start(): how are the processes started, and with which arguments?",
-    )
-
-
-def _other_count(name: str, nprocs: int, world_size: int) -> Result:
-    """The failure for a start of ``nprocs`` processes for ``world_size`` ranks, in start()'s terms.
-
-    The check refuses such a start before any process runs (the ranks
-    started would wait in their group for ranks that never come), so the
-    message says what start() asked for and that nothing was started.
-    """
-    if nprocs < world_size:
-        what = (
-            f"only {_ranks(0, nprocs - 1)} would have run main, and "
-            f"{_ranks(nprocs, world_size - 1)} never"
-        )
-    else:
-        what = f"{nprocs} processes would have run main for {world_size} ranks"
-    return failed(
-        name,
-        stage=SPAWNING,
-        expected=f"one process for each of the {world_size} ranks",
-        happened=f"start() asked for {nprocs} process(es) (nprocs={nprocs}), and world_size is "
-        f"{world_size}: {what}, so the check started none",
-        fix="start(), where it starts the processes: how many processes does it ask for, for "
-        "world_size ranks?",
-    )
-
-
-def _ranks(first: int, last: int) -> str:
-    return f"rank {first}" if first == last else f"ranks {first} to {last}"
-
-
-def _one_process_per_rank(name: str, plan: devices.Plan, ranks: list[int]) -> Result | None:
-    """A failure if the ranks reported are not 0 to world_size - 1, one process each."""
-    expected = list(range(plan.world_size))
-    if ranks != expected:
-        return failed(
-            name,
-            stage=SPAWNING,
-            expected=f"ranks {expected}, one process each",
-            happened=f"ranks {ranks} reported"
-            + (
-                " (the check hears from the processes mp.spawn or mp.start_processes starts, "
-                "and from no others)"
-                if not ranks
-                else ""
-            ),
-            fix="start(): how many processes does it start with mp.spawn, and is each given a "
-            "rank of its own?",
-        )
-    return None
-
-
-def _told_world_size(name: str, got: list[probes.RankReport], world_size: object) -> Result | None:
-    """A failure if some rank was told another world size than the learner's."""
-    if {r["world_size"] for r in got} != {world_size}:
-        return failed(
-            name,
-            stage=SPAWNING,
-            expected=f"every rank told world_size={world_size}",
-            happened=f"ranks were told {[r['world_size'] for r in got]}",
-            fix="start(): what is each process told as its world size?",
-        )
-    return None
 
 
 # -- stage 2: connecting processes ------------------------------------------------

@@ -1,0 +1,240 @@
+"""The check of notebook 02's exercise: ``start`` launches one process per device, by rank.
+
+A right answer starts ``world_size`` processes whichever number it is
+given, so the check calls it twice: with this machine's world size, and
+with one more (as on a machine with another device), where an ``nprocs``
+written in as a number starts the wrong count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable
+
+from ... import devices, launch, reports
+from ...stages import stage
+from ..probes import stage_workers as probes
+from . import base
+from .base import Result, failed, graded, not_attempted, passed, quote
+
+SPAWNING = stage("spawning").title
+
+
+@graded
+def check_spawn(start: Callable, world_size: object, *, reveal: bool = False) -> Result:
+    """Check ``start(main, world_size, port)`` starts one process per device with the right ranks.
+
+    Then ``start`` is called again with one rank more, as on a machine with
+    another device: it must start that many.
+
+    Args:
+        start: the learner's function; it must call ``mp.spawn`` on ``main``.
+        world_size: the learner's world size for this machine.
+        reveal: show the line that fixes a failure now, even on a first try.
+    """
+    name = "check_spawn"
+    plan = devices.plan()
+    if base.is_stub(world_size):
+        return not_attempted(name, "the world_size line")
+    wrong = _world_size_for_machine(name, plan, world_size)
+    if wrong is None:
+        wrong = _started(name, start, world_size)
+    other = _another_size(world_size)
+    if wrong is None and other is not None:
+        wrong = _elsewhere(_started(name, start, other), other)
+    if wrong is not None:
+        return wrong
+    also = f"; given world_size={other} instead, it started ranks {list(range(other or 0))}"
+    return passed(
+        name, f"ranks {list(range(world_size))} each started once, all told world_size="
+        f"{world_size}{also if other else ''}."
+    )  # fmt: skip
+
+
+def _another_size(world_size: int) -> int | None:
+    """One rank more than ``world_size`` if this machine runs it, else one fewer (none below 1)."""
+    try:
+        return devices.check_world_size(world_size + 1)
+    except ValueError:
+        return world_size - 1 if world_size > 1 else None
+
+
+def _started(name: str, start: Callable, world_size: int) -> Result | None:
+    """A failure unless ``start(main, world_size, port)`` runs each rank of world_size once."""
+    got = _spawned(name, start, world_size)
+    if isinstance(got, Result):
+        return got
+    wrong = _one_process_per_rank(name, world_size, [r["rank"] for r in got])
+    return wrong if wrong is not None else _told_world_size(name, got, world_size)
+
+
+def _elsewhere(wrong: Result | None, world_size: int) -> Result | None:
+    """``wrong``, said to come from the call with another world size than this machine's."""
+    if wrong is None or wrong.status != base.FAILED:
+        return wrong
+    return dataclasses.replace(
+        wrong,
+        happened=f"called again as start(main, {world_size}, port), as on a machine with "
+        f"{world_size} devices: {wrong.happened}",
+        fix=f"{wrong.fix} (start is given world_size: does every number in it follow that "
+        "argument?)",
+    )
+
+
+def _world_size_for_machine(name: str, plan: devices.Plan, world_size: object) -> Result | None:
+    """A failure if the learner's world size is not one process per device on this machine."""
+    if world_size != plan.world_size:
+        return failed(
+            name,
+            stage=SPAWNING,
+            expected=f"world_size = {plan.world_size}: one process per device on this machine "
+            f"({plan.reason})",
+            happened=f"world_size = {world_size!r}"
+            + (" (torch.cuda.device_count() is 0 without GPUs)" if world_size == 0 else ""),
+            fix="the world_size line: torch.cuda.device_count() where there are 2 GPUs or "
+            "more, else 2 CPU processes (DDP_LESSON_WORLD_SIZE asks this course for another)",
+        )
+    return None
+
+
+def _spawned(name: str, start: Callable, world_size: int) -> list[probes.RankReport] | Result:
+    """Run the learner's ``start`` around a probe and return the ranks' reports, or its failure.
+
+    The launch's report folder is in this process's environment while
+    ``start`` runs, so a rank started past the launch (through a
+    ``functools.partial(mp.start_processes, ...)`` made before the check
+    ran) still reports.
+    """
+    try:
+        with launch.bounded(world_size, timeout_s=base.CHECK_TIMEOUT_S) as run:
+            with _reports_to(run.channel.folder):
+                start(probes.report_rank, world_size, run.port)
+    except NotImplementedError:
+        return not_attempted(name, "start()")
+    except launch.LaunchError as error:
+        return _launch_failure(name, world_size, error)
+    except Exception as error:  # learner code: report it, never a traceback wall
+        return failed(
+            name,
+            stage=SPAWNING,
+            expected="start() to run without an error",
+            happened=quote(error),
+            fix="the body of start(): one call to mp.spawn",
+        )
+    return reports.reports_of(probes.report_rank, run.reports)
+
+
+class _reports_to:
+    """``with _reports_to(folder):`` processes started inside send their reports there."""
+
+    def __init__(self, folder) -> None:
+        self.folder = str(folder)
+
+    def __enter__(self) -> None:
+        self.before = os.environ.get(reports.REPORT_DIR_ENV)
+        os.environ[reports.REPORT_DIR_ENV] = self.folder
+
+    def __exit__(self, *exc) -> None:
+        if self.before is None:
+            os.environ.pop(reports.REPORT_DIR_ENV, None)
+        else:
+            os.environ[reports.REPORT_DIR_ENV] = self.before
+
+
+def _launch_failure(name: str, world_size: int, error: launch.LaunchError) -> Result:
+    """The failure for a launch by ``start`` that raised: wrong arguments, no process, or other."""
+    text = str(error)
+    if "positional argument" in text:
+        return failed(
+            name,
+            stage=SPAWNING,
+            expected="main(rank, world_size, port) called with rank supplied by mp.spawn",
+            happened=quote(error),
+            fix="the mp.spawn call: mp.spawn hands each process its rank as main's first "
+            "argument; which of main's arguments does args= hold, then?",
+            answer="mp.spawn(main, args=(world_size, port), nprocs=world_size)",
+        )
+    other = re.search(r"nprocs=(\d+)\) inside launch\.bounded\(world_size=(\d+)\)", text)
+    if other:
+        return _other_count(name, int(other[1]), int(other[2]))
+    if "no process was started" in text:
+        return failed(
+            name,
+            stage=SPAWNING,
+            expected=reports.counted(world_size, "process", "processes"),
+            happened="no process was started (nprocs=0 starts nothing, silently)",
+            fix="the mp.spawn call: how many processes does its nprocs ask for?",
+            answer="nprocs=world_size",
+        )
+    return failed(
+        name,
+        stage=SPAWNING,
+        expected="every rank to run main",
+        happened=quote(error),
+        fix="start(): how are the processes started, and with which arguments?",
+    )
+
+
+def _other_count(name: str, nprocs: int, world_size: int) -> Result:
+    """The failure for a start of ``nprocs`` processes for ``world_size`` ranks, in start()'s terms.
+
+    The check refuses such a start before any process runs (the ranks
+    started would wait in their group for ranks that never come), so the
+    message says what start() asked for and that nothing was started.
+    """
+    if nprocs < world_size:
+        what = (
+            f"only {_ranks(0, nprocs - 1)} would have run main, and "
+            f"{_ranks(nprocs, world_size - 1)} never"
+        )
+    else:
+        what = f"{nprocs} processes would have run main for {world_size} ranks"
+    return failed(
+        name,
+        stage=SPAWNING,
+        expected=f"one process for each of the {world_size} ranks",
+        happened=f"start() asked for {nprocs} process(es) (nprocs={nprocs}), and world_size is "
+        f"{world_size}: {what}, so the check started none",
+        fix="start(), where it starts the processes: how many processes does it ask for, for "
+        "world_size ranks?",
+    )
+
+
+def _ranks(first: int, last: int) -> str:
+    return f"rank {first}" if first == last else f"ranks {first} to {last}"
+
+
+def _one_process_per_rank(name: str, world_size: int, ranks: list[int]) -> Result | None:
+    """A failure if the ranks reported are not 0 to world_size - 1, one process each."""
+    expected = list(range(world_size))
+    if ranks != expected:
+        return failed(
+            name,
+            stage=SPAWNING,
+            expected=f"ranks {expected}, one process each",
+            happened=f"ranks {ranks} reported"
+            + (
+                " (the check hears from the processes mp.spawn or mp.start_processes starts, "
+                "and from no others)"
+                if not ranks
+                else ""
+            ),
+            fix="start(): how many processes does it start with mp.spawn, and is each given a "
+            "rank of its own?",
+        )
+    return None
+
+
+def _told_world_size(name: str, got: list[probes.RankReport], world_size: object) -> Result | None:
+    """A failure if some rank was told another world size than the learner's."""
+    if {r["world_size"] for r in got} != {world_size}:
+        return failed(
+            name,
+            stage=SPAWNING,
+            expected=f"every rank told world_size={world_size}",
+            happened=f"ranks were told {[r['world_size'] for r in got]}",
+            fix="start(): what is each process told as its world size?",
+        )
+    return None
