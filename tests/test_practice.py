@@ -216,6 +216,14 @@ def test_check_evaluate_says_which_images_overlap_without_naming_a_sampler_never
     assert "DistributedSampler" not in result.happened, str(result)
 
 
+@pytest.mark.skipif(devices.plan().backend == "nccl", reason="judged on real GPUs there")
+def test_check_evaluate_fails_counts_reduced_on_the_cpu_where_gpus_run_nccl():
+    # right on this machine (gloo takes CPU tensors); given a stand-in GPU per rank, the
+    # tensor all-reduced is still made on the CPU
+    result = checks.check_evaluate(ANSWERS / "practice_evaluate_counts_on_the_cpu.py")
+    assert_fails(result, CONNECTING, "the tensor handed to all_reduce at line 17 was on the CPU")
+
+
 def test_check_evaluate_passes_a_right_answer():
     assert checks.check_evaluate(ANSWERS / "practice_evaluate_slices.py")
 

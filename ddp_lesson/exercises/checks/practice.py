@@ -14,8 +14,9 @@ from pathlib import Path
 
 from ... import data, devices
 from ...stages import stage
+from ..probes import on_gpus
 from ..probes import practice as probes
-from . import base
+from . import base, stand_ins
 from .base import Result, failed, graded, launch_checked, not_attempted, passed, quote
 
 GROUP = stage("process_group").title
@@ -314,6 +315,10 @@ def check_evaluate(path: str | Path, *, reveal: bool = False) -> Result:
         wrong = _evaluation_wrong([r["cases"][case] for r in got], case)
         if wrong is not None:
             return wrong
+    wrong = stand_ins.cpu_tensor_handed(name, base.worker_path(path), on_gpus.evaluate_on_gpus,
+                                        stage_title=GROUP, made="what is all-reduced")  # fmt: skip
+    if wrong is not None:
+        return wrong
     first = got[0]["cases"][0]
     return passed(
         name,

@@ -13,7 +13,10 @@ what the learner's code does with it is judged:
   (:func:`ddp_lesson.exercises.probes.launchers.script_on_gpus`);
 * :func:`left_behind` (``check_wrap``): the model must be sent to the GPU
   ``wrap`` is given
-  (:func:`ddp_lesson.exercises.probes.placement.wrap_given_a_gpu`).
+  (:func:`ddp_lesson.exercises.probes.placement.wrap_given_a_gpu`);
+* :func:`cpu_tensor_handed` (``check_evaluate``, ``check_stop_together``):
+  every tensor the answer hands to a collective must be on the rank's GPU,
+  as NCCL requires (:mod:`ddp_lesson.exercises.probes.on_gpus`).
 
 Each is judged only where the stand-in run works: what stand-ins cannot
 run says nothing of the learner's answer.
@@ -148,4 +151,38 @@ def left_behind(name: str, path: str, plan: devices.Plan) -> Result | None:
             "device is the CPU, where the model already is, so the plain run cannot show it",
             answer="model = model.to(device), before DDP(...)",
         )
+    return None
+
+
+def cpu_tensor_handed(name: str, path: str, probe, *, stage_title: str, made: str) -> Result | None:
+    """The failure if, given ``cuda:rank``, the answer hands a CPU tensor to a collective.
+
+    Args:
+        probe: one of :mod:`ddp_lesson.exercises.probes.on_gpus`'s.
+        stage_title: who owns the fix.
+        made: what the tensor holds, in words ("the flag"), for the fix.
+    """
+    plan = devices.plan()
+    if plan.backend == "nccl" or path is None:
+        return None
+    got, error = base.launch_probe(plan.world_size, probe, path)
+    if error is not None:
+        return None
+    for report in sorted(got, key=lambda r: r["rank"]):
+        for call in report["handed"]:
+            if call["gpus"] and None in call["gpus"]:
+                at = f" at line {call['line']}"
+                return failed(
+                    name,
+                    stage=stage_title,
+                    expected=f"every tensor handed to a collective on the rank's GPU (rank "
+                    f"{report['rank']} was given {report['given']}, a stand-in): NCCL, the "
+                    "backend on GPUs, reduces GPU tensors only",
+                    happened=f"on rank {report['rank']}, the tensor handed to "
+                    f"{call['collective']}{at} was on the CPU: on GPUs NCCL would refuse it "
+                    "(gloo, on this machine, takes it)",
+                    fix=f"where {made} is made: on which device? On GPUs it must be the "
+                    "rank's own, the device the exercise's function is given",
+                    answer="torch.tensor(..., device=device)",
+                )
     return None

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from ... import devices
 from ...stages import stage
+from ..probes import on_gpus
 from ..probes import stopping as probes
-from . import base
+from . import base, stand_ins
 from .base import Result, failed, graded, launch_checked, passed
 
 GROUP = stage("process_group").title
@@ -73,6 +74,10 @@ def check_stop_together(path: str | Path, *, reveal: bool = False) -> Result:
         wrong = _case_wrong(name, raise_at, {r["rank"]: _stops(r["returned"][case]) for r in got})
         if wrong is not None:
             return wrong
+    wrong = stand_ins.cpu_tensor_handed(name, base.worker_path(path), on_gpus.stop_on_gpus,
+                                        stage_title=GROUP, made="the flag")  # fmt: skip
+    if wrong is not None:
+        return wrong
     return passed(
         name,
         f"{world_size} rank(s) stopped together at the first step any of them raised its "
