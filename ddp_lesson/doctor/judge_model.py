@@ -147,7 +147,7 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if plain is not None:
         add(*plain, exact=True)
         return Judged.of(shown)
-    summed = None if wrapped else _summed_not_averaged(ranks)
+    summed = _summed_not_averaged(ranks, averaged=bool(wrapped))
     if summed is not None:
         add(*summed, exact=True)
         return Judged.of(shown)
@@ -323,12 +323,15 @@ def _loaded_after(ranks: list[ProcessRecord], trails, k: int) -> tuple[str, int]
     )
 
 
-def _summed_not_averaged(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
+def _summed_not_averaged(
+    ranks: list[ProcessRecord], averaged: bool = False
+) -> tuple[str, int | None] | None:
     """Gradients all-reduced by hand with SUM and stepped undivided: the text and its line.
 
     Judged on every rank's first step: the tensors it all-reduced with SUM
     held its own gradients as backward left them (their absolute sums
-    agree), and the optimiser stepped with the all-reduced values.
+    agree), and the optimiser stepped with the all-reduced values. With
+    ``averaged`` (a DDP model), backward had already averaged them.
     """
     if len(ranks) < 2 or not all(r.steps and r.trained for r in ranks):
         return None
@@ -347,6 +350,14 @@ def _summed_not_averaged(ranks: list[ProcessRecord]) -> tuple[str, int | None] |
             return None
         lines.append(summed[0]["line"])
     n, line = len(ranks), lines[0]
+    if averaged:
+        return (
+            f"the ranks all-reduce with SUM (line {line}) the gradients that DDP's backward "
+            f"had already averaged, and the optimiser steps with that sum: {n} times the "
+            f"average, as if the learning rate were {n} times larger; DDP averages the "
+            "gradients itself during backward: remove the all-reduce",
+            line,
+        )
     return (
         f"the ranks all-reduce their gradients with SUM (line {line}) and the optimiser "
         f"steps with that sum: {n} times the average DDP would step with, as if the "

@@ -48,6 +48,9 @@ SAYS = {
                                   "neither a parameter nor a buffer", "register_buffer"],
                                  False),
     "same_everywhere": (["parameters identical on every rank after 3 step(s)"], False),
+    "grads_summed_after_ddp": (["all-reduce with SUM (line 16) the gradients that DDP's "
+                                "backward had already averaged", "2 times the average",
+                                "remove the all-reduce"], True),
 }
 
 
