@@ -98,8 +98,9 @@ def _gone_early(reading: Reading, other, waiter, error: dict, lost: str) -> str:
     left = f", after destroy_process_group at line {released}," if released else ""
     if other.trail and len(waiter.trail) >= len(other.trail):
         return (
-            f"rank {other.rank} had made {len(other.trail)} optimizer step(s) and returned "
-            f"from its function{left.rstrip(',')}; rank {waiter.rank} went on past its step "
+            f"rank {other.rank} had made {len(other.trail)} optimizer step(s) (in the doctor's "
+            "run, which takes a few batches of each epoch) and returned from its "
+            f"function{left.rstrip(',')}; rank {waiter.rank} went on past its step "
             f"{len(other.trail)} and gave up waiting for it{quote(reading, error['line'])} "
             f"(it raised {error['type']}): every rank must make the same number of training "
             "steps; find what differs between them (the batches each rank's data gives, an "

@@ -477,7 +477,8 @@ def test_a_rank_that_left_early_is_named_not_the_step_its_partner_waited_in(tmp_
     assert result.stages["model_wrapping"].status == doctor.OK, shown
     said = result.failure.evidence
     assert (
-        "rank 1 had made 1 optimizer step(s) and returned from its function; rank 0 went on "
-        "past its step 1 and gave up waiting for it" in said
+        "rank 1 had made 1 optimizer step(s) (in the doctor's run, which takes a few batches "
+        "of each epoch) and returned from its function; rank 0 went on past its step 1 and "
+        "gave up waiting for it" in said
     ), said
     assert "an early stop or a break decided on one rank" in said, said
