@@ -223,7 +223,7 @@ def _overlap_text(first: list[dict], shared: set[int]) -> str:
         )
     said = f"{len(shared)} training items went to more than one rank (sampler: {sampler})"
     if _seeds_apart(first):
-        given = ", ".join(f"rank {at}: {e['seed']}" for at, e in enumerate(first))
+        given = ", ".join(f"rank {e.get('rank', at)}: {e['seed']}" for at, e in enumerate(first))
         said += (
             f": the ranks gave their DistributedSamplers different seeds ({given}), so each "
             "shuffled the data set its own way before taking its part, and the parts overlap; "
@@ -256,10 +256,11 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             epochs.setdefault(entry["loader"], [[] for _ in ranks])[at].append(entry)
     notes = []
     for per_rank in epochs.values():
+        holders = [r.rank for r, e in zip(ranks, per_rank, strict=True) if e]
         per_rank = [e for e in per_rank if e]
         if len(per_rank) < 2:
             continue
-        first = [e[0] for e in per_rank]
+        first = [{**e[0], "rank": rank} for rank, e in zip(holders, per_rank, strict=True)]
         size, line, sampler = first[0]["size"], first[0]["line"], first[0]["sampler"]
         trained = any(e["trained"] for entries in per_rank for e in entries)
         joined = any(e.get("join") for r in ranks for e in r.ddp)  # uneven steps are allowed

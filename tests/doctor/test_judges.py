@@ -124,3 +124,19 @@ def test_ranks_that_part_between_steps_are_said_to_part_outside_the_optimizer_st
     assert len(said) == 1 and "apart before optimizer step 3" in said[0], said
     assert "rank 0's parameters changed between the two steps" in said[0], said
     assert model_verdict([record(0, 3.0), record(1, 3.0)], []).shown == ()
+
+
+def test_the_seeds_of_the_samplers_are_named_by_each_rank_not_by_place():
+    # rank 0 built no training loader; ranks 1 and 2 shuffled with different seeds
+    ranks = []
+    for rank, seed, order in ((0, None, None), (1, 5, [3, 0, 6, 1]), (2, 9, [3, 5, 2, 7])):
+        loaders = [] if order is None else [{
+            "line": 20, "loader": 0, "size": 8, "sampler": "DistributedSampler",
+            "sampler_line": 19, "sampler_id": 1, "replicas": 2, "shuffle": True, "seed": seed,
+            "epoch": 0, "indices": order, "dropped": [], "batches": 2, "used": 2,
+            "trained": True,
+        }]  # fmt: skip
+        ranks.append(ProcessRecord(rank, claimed_rank=rank, claimed_world_size=3,
+                                   loaders=loaders))  # fmt: skip
+    said = " ".join(s.finding.evidence for s in data_verdict(ranks).shown)
+    assert "different seeds (rank 1: 5, rank 2: 9)" in said, said
