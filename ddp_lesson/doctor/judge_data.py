@@ -255,12 +255,11 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
         for entry in r.loaders:
             epochs.setdefault(entry["loader"], [[] for _ in ranks])[at].append(entry)
     notes = []
-    for per_rank in epochs.values():
-        holders = [r.rank for r, e in zip(ranks, per_rank, strict=True) if e]
-        per_rank = [e for e in per_rank if e]
+    for by_place in epochs.values():
+        per_rank = [e for e in by_place if e]
         if len(per_rank) < 2:
             continue
-        first = [{**e[0], "rank": rank} for rank, e in zip(holders, per_rank, strict=True)]
+        first = [{**e[0], "rank": r.rank} for r, e in zip(ranks, by_place, strict=True) if e]
         size, line, sampler = first[0]["size"], first[0]["line"], first[0]["sampler"]
         trained = any(e["trained"] for entries in per_rank for e in entries)
         joined = any(e.get("join") for r in ranks for e in r.ddp)  # uneven steps are allowed

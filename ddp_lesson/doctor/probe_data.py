@@ -16,7 +16,8 @@ loop is recorded instead, a fingerprint per item of the first
 set a loader is built on leaves a fingerprint of a few of its items
 (:func:`dataset_prints`), so the judge can tell whether every rank built
 the same data set; the seeds the learner's lines give the random
-generators (:func:`recorded_seed`) tell why they differ.
+generators (:func:`recorded_seed`: torch's, ``random``'s, NumPy's, and a
+``torch.Generator``'s through :class:`RecordedGenerator`) tell why they differ.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Subset
 from torch.utils.data import dataloader as _dataloader
 from torch.utils.data.distributed import DistributedSampler
 
-from .probe_state import learner_line, process_state, save_record, wrap_for_good
+from .probe_state import is_learner, learner_line, process_state, save_record, wrap_for_good
 
 
 def install_data_recording() -> None:
@@ -45,8 +46,11 @@ def install_data_recording() -> None:
     wrap_for_good((torch, torch.random), "manual_seed", recorded_seed("torch.manual_seed"))
     wrap_for_good(random, "seed", recorded_seed("random.seed"))
     wrap_for_good(random.Random, "seed", recorded_seed("random.Random", method=True))
+    wrap_for_good(torch, "Generator", recorded_generator)
     if "numpy" in sys.modules:  # its generator is seeded only if the script imports it
-        wrap_for_good(sys.modules["numpy"].random, "seed", recorded_seed("numpy.random.seed"))
+        numpy_random = sys.modules["numpy"].random
+        wrap_for_good(numpy_random, "seed", recorded_seed("numpy.random.seed"))
+        wrap_for_good(numpy_random, "default_rng", recorded_seed("numpy.random.default_rng"))
 
 
 def loader_init(original):
@@ -306,6 +310,32 @@ def recorded_seed(call: str, method: bool = False):
         return seed
 
     return make
+
+
+class _GeneratorKind(type(torch._C.Generator)):
+    """Makes ``isinstance(g, torch.Generator)`` hold for every generator, as without the probe."""
+
+    def __instancecheck__(cls, instance) -> bool:
+        return isinstance(instance, torch._C.Generator)
+
+    def __subclasscheck__(cls, subclass) -> bool:
+        return issubclass(subclass, torch._C.Generator)
+
+
+class RecordedGenerator(torch._C.Generator, metaclass=_GeneratorKind):
+    """``torch.Generator`` in a diagnosed script: ``manual_seed`` from the learner's file is
+    recorded as the other seeds are (a generator torch seeds itself, a sampler's, is not)."""
+
+    def manual_seed(self, seed):
+        if is_learner(sys._getframe(1).f_code.co_filename):
+            seeded = recorded_seed("torch.Generator.manual_seed", method=True)
+            return seeded(torch._C.Generator.manual_seed)(self, seed)
+        return super().manual_seed(seed)
+
+
+def recorded_generator(original):
+    """The ``make`` that turns ``torch.Generator`` into :class:`RecordedGenerator`."""
+    return RecordedGenerator
 
 
 def sampler_init(original):

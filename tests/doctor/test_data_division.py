@@ -68,6 +68,17 @@ SAYS = {
         ["no line seeded"],
     ),
     "split_together": (["each rank's sampler gave it its own 24 of 48 training items"], ["differ"]),
+    "generator_per_rank": (
+        ["the ranks built different data sets", "rank 0 seeded torch.Generator.manual_seed "
+         "with 100 (line 17) and rank 1 torch.Generator.manual_seed with 101"],
+        ["no line seeded"],
+    ),
+    "generator_fixed": (["each rank's sampler gave it its own 32 of 64 training items"],
+                        ["differ"]),
+    "numpy_rng_per_rank": (
+        ["the ranks built different data sets", "rank 0 seeded numpy.random.default_rng with 0"],
+        ["no line seeded"],
+    ),
     # toy data from an unseeded generator (PyTorch's examples): remarked on, not a fault
     "unseeded_random": (["its own 40 of 80", "data sets differ at item 0", "no line seeded"], []),
 }
