@@ -102,7 +102,7 @@ def verdict(
     for judged in (
         crash,
         judge_spawning(reading, outcome),
-        judge_group(ranks),
+        judge_group(ranks, stand_in=outcome.stand_in),
         *[data_verdict(group) for group in launches(ranks)],
         *[model_verdict(group, crashed, stand_in=outcome.stand_in) for group in launches(ranks)],
         judge_teardown(reading, outcome),

@@ -444,7 +444,8 @@ def _in_step(wrapped, compared, stand_in: bool) -> str:
     where = sorted({str(device_of(r) or r.ddp[0]["module_device"]) for r in wrapped})
     ranks_word = "rank" if len(wrapped) == 1 else "ranks"
     how = f"DDP wrapped the model on {len(wrapped)} {ranks_word}"
-    if not (stand_in and any(d.startswith("cuda") for d in where)):  # (else the note says)
+    on_gpus = any(d.startswith("cuda") for d in where) or any(r.gpu_tensors for r in wrapped)
+    if not (stand_in and on_gpus):  # (else the note says where the GPUs stood in)
         how += f" ({', '.join(where)})"
     if compared is None:
         return f"{how}; no training step ran, so its exchange was not exercised"

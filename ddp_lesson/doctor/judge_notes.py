@@ -110,7 +110,8 @@ def _emulated(ranks: list[ProcessRecord], outcome: Outcome) -> str:
         return ""
     asked = sorted({d for d in map(device_of, ranks) if d}, key=_device_order)
     nccl = any(r.init and r.init["asked"] == "nccl" for r in ranks)
-    if not (asked or nccl):
+    count = _stood_in_count(ranks, outcome)
+    if not (asked or nccl or count):
         return ""
     from ..reports import counted  # (torch: the run has imported it already)
 
@@ -122,13 +123,38 @@ def _emulated(ranks: list[ProcessRecord], outcome: Outcome) -> str:
     if asked:
         text = f"{here}: the script's GPU branch ran with CPU stand-ins for {_listed(asked)}"
         text += " (nccl ran as gloo)" if nccl else ""
-    else:
+    elif nccl:
         text = f"{here}: the script asked for nccl, which ran as gloo on the CPU"
-    text += "; the doctor checked the device each rank asked for"
+    else:
+        text = here
+    if count:
+        text += (": " if text == here else "; ") + count
+    if asked:
+        text += "; the doctor checked the device each rank asked for"
     if any(e.get("sync_batchnorm") for r in ranks for e in r.ddp):
         text += (
             "; SyncBatchNorm, which needs GPUs, ran as plain batch norm on each rank's batch, "
             "so its shared statistics were not checked"
+        )
+    return text
+
+
+def _stood_in_count(ranks: list[ProcessRecord], outcome: Outcome) -> str:
+    """What the stand-ins' GPU count changed, in words, where the learner's lines asked for it."""
+    asked = next((r.gpu_count for r in [outcome.script, *ranks] if r and r.gpu_count), None)
+    if asked is None:
+        return ""
+    text = (
+        f"torch.cuda.device_count() (line {asked['line']}) answered {asked['answered']} to the "
+        f"script, the doctor standing in GPUs for it; run without the doctor it answers "
+        f"{outcome.gpus} here"
+    )
+    spawns = outcome.script.spawns if outcome.script else []
+    counted = [s for s in spawns if s["nprocs"] == asked["answered"]]
+    if not outcome.gpus and counted:
+        text += (
+            f", so its {counted[0]['by']}(..., nprocs=0) at line {counted[0]['line']} would "
+            "start no process: the script would do nothing"
         )
     return text
 

@@ -54,11 +54,16 @@ def _function(outcome) -> str:
     return script.spawns[0].get("target") or "main"
 
 
-def judge_group(ranks) -> Judged:
-    """The group the ranks joined and the collectives they made in it (fine)."""
+def judge_group(ranks, stand_in: bool = False) -> Judged:
+    """The group the ranks joined and the collectives they made in it (fine), or NCCL asked
+    for a model every rank kept on the CPU (shown; with ``stand_in``, NCCL ran as gloo)."""
     joined = [r for r in ranks if r.init and r.init.get("joined")]
     if not joined:
         return Judged()
+    if stand_in:
+        shown = _nccl_on_the_cpu(joined)
+        if shown:
+            return Judged.of(shown)
     fine = {}
     backends = sorted({r.init["backend"] for r in joined})
     claimed = sorted(r.claimed_rank for r in joined)
@@ -67,6 +72,28 @@ def judge_group(ranks) -> Judged:
     if any(calls) and len(set(calls)) == 1:
         fine["process_group"] += f"; every rank made the same {calls[0]} collective call(s)"
     return Judged.of(fine=fine)
+
+
+def _nccl_on_the_cpu(joined) -> list:
+    """NCCL asked for by ranks that wrapped a model none of them sent to a GPU, as shown."""
+    nccl = [r for r in joined if r.init.get("asked") == "nccl"]
+    wrapped = [r for r in joined if r.ddp]
+    on_gpus = [p for r in joined for p in r.placements if p["asked"] != "cpu"]
+    if on_gpus or any(r.set_device or r.gpu_tensors for r in joined):
+        return []  # (something went to a GPU: the model's placement is judged elsewhere)
+    if not nccl or len(wrapped) < len(joined):
+        return []
+    shown: list = []
+    note_shown(
+        shown, "process_group",
+        f"{ranks_text(sorted(r.rank for r in nccl))} asked init_process_group for nccl, but "
+        "no rank sent its model to a GPU: DDP wrapped it on the CPU, and NCCL exchanges only "
+        "tensors on GPUs, so on a machine with GPUs DDP's first exchange fails (here, with "
+        "no GPU, the doctor ran nccl as gloo); send each rank's model to its GPU "
+        "(model.to(rank)) before DDP(...), or ask for gloo where the processes run on CPUs",
+        nccl[0].init.get("line"),
+    )  # fmt: skip
+    return shown
 
 
 def judge_teardown(reading, outcome) -> Judged:

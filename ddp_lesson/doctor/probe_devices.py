@@ -67,6 +67,9 @@ def on_cpu(factory: Callable) -> Callable:
     def made(*args, **kwargs):
         if "device" in kwargs and gpu_named(kwargs["device"]):
             kwargs = {**kwargs, "device": "cpu"}
+            record = process_state["record"]
+            if record is not None:
+                record.gpu_tensors += 1
         return factory(*args, **kwargs)
 
     made.__doc__ = factory.__doc__
@@ -130,7 +133,7 @@ def install_accelerator(gpus: int) -> None:
 
     stand_ins = {
         "is_available": lambda: True,
-        "device_count": lambda: gpus,
+        "device_count": lambda: counted(gpus),
         "current_accelerator": lambda check_available=False: torch.device("cuda"),
         "set_device_index": set_index,
         "current_device_index": lambda: chosen[0],
@@ -148,6 +151,18 @@ def install_accelerator(gpus: int) -> None:
 
     current_cuda_device.__doc__ = current_device.__doc__
     set_for_good(torch.cuda, "current_device", current_cuda_device)
+
+
+def counted(gpus: int) -> int:
+    """The stand-in GPU count ``gpus``; the first learner's line that asked it is recorded."""
+    record = process_state["record"]
+    if record is not None and record.gpu_count is None:
+        caller = sys._getframe(1)
+        while caller is not None and caller.f_code.co_filename == __file__:
+            caller = caller.f_back  # (the stand-ins here that called this)
+        if caller is not None and is_learner(caller.f_code.co_filename):  # (not torch's own)
+            record.gpu_count = {"line": caller.f_lineno, "answered": gpus}
+    return gpus
 
 
 def record_set_device(device: object, line: int | None) -> None:
@@ -194,7 +209,7 @@ def install_cpu_stand_ins(gpus: int) -> None:
     set_for_good((torch, torch.serialization), "load", load_on_cpu(torch.load))
     if gpus:
         originals["device_count"] = torch.cuda.device_count
-        set_for_good(torch.cuda, "device_count", lambda: gpus)
+        set_for_good(torch.cuda, "device_count", lambda: counted(gpus))
         available = originals["is_available"] = torch.cuda.is_available
 
         def is_available() -> bool:  # the learner's GPU branch runs, on the stand-ins

@@ -153,9 +153,10 @@ def ddp_init(original):
             record.ddp.append(entry)
         # which parameters DDP keeps in step: an optimiser may train more
         process_state.setdefault("in_ddp", set()).update(id(p) for p in module.parameters())
-        if process_state["settings"].stand_in and entry["asked"]:
-            # The model asked for a GPU and got the CPU from the doctor: drop the
-            # GPU-only arguments that DDP would refuse for a CPU module.
+        if process_state["settings"].stand_in and (entry["asked"] or record.gpu_tensors):
+            # The model asked for a GPU (moved there, or built there with device=) and got
+            # the CPU from the doctor: drop the GPU-only arguments that DDP would refuse
+            # for a CPU module.
             bound.arguments.pop("device_ids", None)
             bound.arguments.pop("output_device", None)
             entry["sync_batchnorm"] = stand_in_batchnorm(module)

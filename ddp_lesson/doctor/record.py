@@ -161,6 +161,11 @@ class ProcessRecord:
         torchrun: for the script's own process run as Python, ``{"variable",
             "line"}`` when, before starting any process, it needed a variable
             that only torchrun sets (``RANK``...): it is a script for torchrun.
+        gpu_count: ``{"line", "answered"}`` of the first GPU count the learner's
+            lines asked for that a stand-in answered (``torch.cuda.device_count()``
+            with no GPU for every rank).
+        gpu_tensors: how many tensors were made on a stand-in GPU (a factory's
+            ``device=``, also inside torch, as a module built with ``device=``).
         script: this is the script's own process, not a rank.
         launch: which of the script's starts of processes made it (the number
             of processes the earlier ones made; 0 for the first, and for a
@@ -198,6 +203,8 @@ class ProcessRecord:
     stopped_at: int | None = None
     spawns: list[dict] = field(default_factory=list)
     torchrun: dict | None = None
+    gpu_count: dict | None = None
+    gpu_tensors: int = 0
     script: bool = False
     launch: int = 0
 

@@ -44,6 +44,16 @@ SAYS = {
     },
     "trainer_gpu": {"model_wrapping": "DDP wrapped the model on 2 ranks", "notes": STAND_INS},
     "trainer_crash": {"teardown": "not reached: a rank raised IndexError"},
+    "nccl_model_on_cpu": {
+        "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
+        "GPU: DDP wrapped it on the CPU"
+    },
+    "gpu_model_built_on_device": {
+        "model_wrapping": "DDP wrapped the model on 2 ranks; parameters identical",
+        "notes": "torch.cuda.device_count() (line 38) answered 2 to the script, the doctor "
+        "standing in GPUs for it; run without the doctor it answers 0 here, so its "
+        "mp.spawn(..., nprocs=0) at line 38 would start no process",
+    },
     "by_hand": {
         "model_wrapping": "not wrapped in DDP, yet the ranks kept it in step",
         "data_division": "(shuffle=False)",
