@@ -203,6 +203,12 @@ def test_check_spawn_fails_wrong_answers(start, world_size, fragment):
     assert any(f in str(result) for f in fragments), str(result)
 
 
+def test_check_spawn_names_the_main_start_was_given_not_the_checks_own():
+    result = checks.check_spawn(start_rank_in_args, PLAN.world_size)
+    assert "main() takes 3 positional arguments but 4 were given" in result.happened, str(result)
+    assert "report_rank" not in str(result)
+
+
 def test_check_spawn_passes_a_right_answer_and_spots_stubs():
     assert checks.check_spawn(start_positional, PLAN.world_size)
     assert checks.check_spawn(start_bound_early, PLAN.world_size)

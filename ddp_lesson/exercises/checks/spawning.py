@@ -151,7 +151,8 @@ def _launch_failure(name: str, world_size: int, error: launch.LaunchError) -> Re
             name,
             stage=SPAWNING,
             expected="main(rank, world_size, port) called with rank supplied by mp.spawn",
-            happened=quote(error),
+            # (the main start() was given is the check's own, report_rank: named as start's)
+            happened=quote(error).replace(f"{probes.report_rank.__name__}()", "main()"),
             fix="the mp.spawn call: mp.spawn hands each process its rank as main's first "
             "argument; which of main's arguments does args= hold, then?",
             answer="mp.spawn(main, args=(world_size, port), nprocs=world_size)",
