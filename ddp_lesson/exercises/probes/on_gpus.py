@@ -10,6 +10,7 @@ tensor handed to it (:func:`.gpu_tensors.note_collectives`).
 
 from __future__ import annotations
 
+import contextlib
 from typing import TypedDict
 
 import torch
@@ -31,9 +32,14 @@ class HandedReport(TypedDict):
     handed: list[gpu_tensors.Handed]
 
 
-@sends(HandedReport)
-def stop_on_gpus(rank: int, world_size: int, port: int, path: str) -> None:
-    """Call the learner's ``stop_everywhere`` twice (flag down, then up on the last rank)."""
+@contextlib.contextmanager
+def _given_a_gpu(rank: int, world_size: int, port: int, path: str):
+    """``with _given_a_gpu(...) as (worker, given):`` the learner's file, and ``cuda:rank``.
+
+    The collectives the file calls are noted from before it loads; the rank
+    joins the group on the CPU, then sees stand-in GPUs; when the block
+    ends well, the rank reports what the file handed to each collective.
+    """
     handed = gpu_tensors.note_collectives(path)
     gpu_tensors.as_on_gpus(path, rank)  # (before the file imports get_backend, say)
     worker = load(path)
@@ -41,13 +47,20 @@ def stop_on_gpus(rank: int, world_size: int, port: int, path: str) -> None:
     try:
         simulate_gpus(world_size)
         given = torch.device(f"cuda:{rank}")
+        yield worker, given
+        send_typed(HandedReport(rank=rank, given=str(given), handed=list(handed)))
+    finally:
+        group.leave()
+
+
+@sends(HandedReport)
+def stop_on_gpus(rank: int, world_size: int, port: int, path: str) -> None:
+    """Call the learner's ``stop_everywhere`` twice (flag down, then up on the last rank)."""
+    with _given_a_gpu(rank, world_size, port, path) as (worker, given):
         stop = stop_caller(worker.stop_everywhere, given)
         with gpu_tensors.StandInGPUs(str(given)):
             for step in range(2):
                 stop(step == 1 and rank == world_size - 1)
-        send_typed(HandedReport(rank=rank, given=str(given), handed=list(handed)))
-    finally:
-        group.leave()
 
 
 @sends(HandedReport)
@@ -57,20 +70,11 @@ def evaluate_on_gpus(rank: int, world_size: int, port: int, path: str) -> None:
 
     from ...data import digits
 
-    handed = gpu_tensors.note_collectives(path)
-    gpu_tensors.as_on_gpus(path, rank)  # (before the file imports get_backend, say)
-    worker = load(path)
-    group.join(rank, world_size, port)
-    try:
-        used, steps = EVALUATE_CASES[-1]
-        features, labels = digits("test").tensors
+    used, steps = EVALUATE_CASES[-1]
+    features, labels = digits("test").tensors
+    with _given_a_gpu(rank, world_size, port, path) as (worker, given):
         model = DDP(trained_model(steps))
-        simulate_gpus(world_size)
-        given = torch.device(f"cuda:{rank}")
         gpu_tensors.place([*model.parameters(), *model.buffers()], str(given))
         with gpu_tensors.StandInGPUs(str(given)):
             worker.evaluate(model, WatchedTestSet(features[:used], labels[:used]), rank,
                             world_size, given)  # fmt: skip
-        send_typed(HandedReport(rank=rank, given=str(given), handed=list(handed)))
-    finally:
-        group.leave()
