@@ -106,9 +106,9 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     def add(text, line=None, exact=False):
         note_shown(shown, "model_wrapping", text, line, exact)
 
-    one_gpu = _one_gpu(ranks, stand_in)
+    one_gpu = _one_gpu(ranks, stand_in)  # (its stage, text and line)
     if one_gpu:
-        add(*one_gpu)
+        note_shown(shown, *one_gpu)
     wrapped = [r for r in ranks if r.ddp]
     for r in wrapped:
         if r.ddp[0]["error"]:
@@ -116,7 +116,8 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
                 add(f"DDP refused: {r.ddp[0]['error']}", r.ddp[0]["line"], exact=True)
             return Judged.of(shown)
     ids = [tuple(r.ddp[0]["device_ids"] or ()) for r in wrapped]
-    if len(wrapped) > 1 and all(ids) and len(set(ids)) == 1:
+    selected = one_gpu and one_gpu[0] == "process_group"  # (the ids follow from that)
+    if len(wrapped) > 1 and all(ids) and len(set(ids)) == 1 and not selected:
         add(
             f"every rank wrapped its model with device_ids={list(ids[0])}: the ids must "
             "follow the process's local rank (device_ids=[local_rank])",
@@ -387,15 +388,30 @@ def _optimizer_elsewhere(ranks: list[ProcessRecord]) -> tuple[str, int | None] |
     )
 
 
-def _one_gpu(ranks: list[ProcessRecord], stand_in: bool) -> tuple[str, int] | None:
-    """Every rank's model on the same GPU: the finding's text and line."""
+def _one_gpu(ranks: list[ProcessRecord], stand_in: bool) -> tuple[str, str, int] | None:
+    """Every rank's model on the same GPU: the stage, the text and the line; the group's
+    setup (``process_group``) where every rank selected that GPU with ``set_device``."""
     placed = [(r, device_of(r)) for r in ranks]
     gpus = [d for _, d in placed if d]
     if not (len(ranks) > 1 and len(gpus) == len(ranks) and len(set(gpus)) == 1):
         return None
     line = next(p["line"] for p in ranks[0].placements if p["asked"] != "cpu")
     put = f"asked for {gpus[0]} for its model" if stand_in else f"put its model on {gpus[0]}"
+    chosen = {(s["asked"], s["line"]) for r in ranks for s in r.set_device[-1:]}
+    selected = next(iter(chosen))[1] if len(chosen) == 1 and len(ranks[0].set_device) else None
+    if selected is not None and next(iter(chosen))[0] == gpus[0]:
+        return (
+            "process_group",
+            f"every rank selected {gpus[0]} with torch.cuda.set_device (line {selected}) and "
+            f"{put.replace(f'asked for {gpus[0]}', 'asked for it')}: NCCL refuses two ranks "
+            "on one GPU (\"Duplicate GPU detected\"), and with any backend that GPU would "
+            "hold every rank's model while the others idle; select each process's own GPU, "
+            "that of its local rank (the rank mp.spawn passes, or "
+            "int(os.environ['LOCAL_RANK']) under torchrun): torch.cuda.set_device(local_rank)",
+            selected,
+        )
     return (
+        "model_wrapping",
         f"every rank {put}: NCCL refuses two ranks on one GPU (\"Duplicate GPU "
         "detected\"), and with any backend that GPU would hold every rank's model while "
         "the others idle; give each process the GPU of its local rank (the rank mp.spawn "

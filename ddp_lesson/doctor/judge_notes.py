@@ -144,19 +144,11 @@ def _stood_in_count(ranks: list[ProcessRecord], outcome: Outcome) -> str:
     asked = next((r.gpu_count for r in [outcome.script, *ranks] if r and r.gpu_count), None)
     if asked is None:
         return ""
-    text = (
+    return (
         f"torch.cuda.device_count() (line {asked['line']}) answered {asked['answered']} to the "
         f"script, the doctor standing in GPUs for it; run without the doctor it answers "
-        f"{outcome.gpus} here"
+        f"{outcome.gpus} here, and whatever the script derives from it follows"
     )
-    spawns = outcome.script.spawns if outcome.script else []
-    counted = [s for s in spawns if s["nprocs"] == asked["answered"]]
-    if not outcome.gpus and counted:
-        text += (
-            f", so its {counted[0]['by']}(..., nprocs=0) at line {counted[0]['line']} would "
-            "start no process: the script would do nothing"
-        )
-    return text
 
 
 def _device_order(device: str) -> tuple[int, str]:

@@ -60,10 +60,9 @@ def judge_group(ranks, stand_in: bool = False) -> Judged:
     joined = [r for r in ranks if r.init and r.init.get("joined")]
     if not joined:
         return Judged()
-    if stand_in:
-        shown = _nccl_on_the_cpu(joined)
-        if shown:
-            return Judged.of(shown)
+    shown = _met_apart(joined) or (_nccl_on_the_cpu(joined) if stand_in else [])
+    if shown:
+        return Judged.of(shown)
     fine = {}
     backends = sorted({r.init["backend"] for r in joined})
     claimed = sorted(r.claimed_rank for r in joined)
@@ -72,6 +71,32 @@ def judge_group(ranks, stand_in: bool = False) -> Judged:
     if any(calls) and len(set(calls)) == 1:
         fine["process_group"] += f"; every rank made the same {calls[0]} collective call(s)"
     return Judged.of(fine=fine)
+
+
+def _met_apart(joined) -> list:
+    """Ranks told to meet at different addresses (the doctor's store joined them), as shown."""
+    for launch in sorted({r.launch for r in joined}):  # (each of the script's starts apart)
+        ranks = sorted((r for r in joined if r.launch == launch), key=lambda r: r.rank)
+        places = {r.claimed_rank: r.init.get("meets") for r in ranks}
+        met = set(places.values())
+        if len(met) > 1 and not any(p is None or "?" in p for p in met):
+            return _told_apart(places, ranks[0].init.get("line"))
+    return []
+
+
+def _told_apart(places: dict, line: int | None) -> list:
+    """The FAULT of ranks told to meet at ``places`` (by rank), shown at ``line``."""
+    told = ", ".join(f"rank {rank}: {where}" for rank, where in places.items())
+    shown: list = []
+    note_shown(
+        shown, "process_group",
+        f"the ranks were told to meet at different addresses ({told}): run for real, each "
+        "waits at its own for ranks that never come, until the group's timeout (the doctor "
+        "joined them at one place to check the rest); give every rank the same MASTER_ADDR "
+        "and MASTER_PORT (or init_method)",
+        line,
+    )  # fmt: skip
+    return shown
 
 
 def _nccl_on_the_cpu(joined) -> list:

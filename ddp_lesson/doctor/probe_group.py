@@ -145,7 +145,7 @@ def recorded_init(*args, **kwargs):
     check_claim(rank, world_size)
     store = recorded_store()
     launch = str(process_state.get("launch", 0))
-    where = meeting_place(given.get("init_method"))
+    where = record.init["meets"] = meeting_place(given.get("init_method"))
     process_state["holds"] = f"doctor/holds/{where}/{rank}"
     holder = store.compare_set(process_state["holds"], "", launch).decode()
     if holder != launch:  # another of the script's starts meets there with this rank now

@@ -197,9 +197,10 @@ def _read_mode(
 
 
 def _asks_device_count(tree: ast.Module) -> bool:
-    """True when the code asks how many GPUs there are, or whether there is an accelerator."""
+    """True when the code asks how many GPUs there are, which is current, or whether there
+    is an accelerator (questions the stand-ins answer only where the doctor gives them GPUs)."""
     return bool(
-        calls_in(tree, "device_count", "current_accelerator")
+        calls_in(tree, "device_count", "current_accelerator", "current_device")
         or any("accelerator" in ast.unparse(c.func) for c in calls_in(tree, "is_available"))
     )
 

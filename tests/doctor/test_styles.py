@@ -44,6 +44,14 @@ SAYS = {
     },
     "trainer_gpu": {"model_wrapping": "DDP wrapped the model on 2 ranks", "notes": STAND_INS},
     "trainer_crash": {"teardown": "not reached: a rank raised IndexError"},
+    "set_device_first_gpu": {
+        "process_group": "every rank selected cuda:0 with torch.cuda.set_device (line 18)",
+        "model_wrapping": "DDP wrapped the model on 2 ranks",
+    },
+    "port_per_rank": {
+        "process_group": "told to meet at different addresses (rank 0: 127.0.0.1:29596, "
+        "rank 1: 127.0.0.1:29597)"
+    },
     "nccl_model_on_cpu": {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
@@ -51,8 +59,7 @@ SAYS = {
     "gpu_model_built_on_device": {
         "model_wrapping": "DDP wrapped the model on 2 ranks; parameters identical",
         "notes": "torch.cuda.device_count() (line 38) answered 2 to the script, the doctor "
-        "standing in GPUs for it; run without the doctor it answers 0 here, so its "
-        "mp.spawn(..., nprocs=0) at line 38 would start no process",
+        "standing in GPUs for it; run without the doctor it answers 0 here",
     },
     "by_hand": {
         "model_wrapping": "not wrapped in DDP, yet the ranks kept it in step",
