@@ -81,6 +81,20 @@ def _samplers_never_given(tree: ast.Module) -> list[ast.Call]:
     ]
 
 
+def _sampler_for(loader: ast.Call) -> str:
+    """The ``sampler=`` a ``DataLoader(...)`` call lacks, over the data set it is given.
+
+    >>> _sampler_for(ast.parse("DataLoader(train_set, batch_size=8)").body[0].value)
+    'sampler=DistributedSampler(train_set)'
+    >>> _sampler_for(ast.parse("DataLoader(TensorDataset(x, y))").body[0].value)
+    'sampler=DistributedSampler(...) over the data set it is given'
+    """
+    given = loader.args[0] if loader.args else keyword_arg(loader, "dataset")
+    if isinstance(given, ast.Name):
+        return f"sampler=DistributedSampler({given.id})"
+    return "sampler=DistributedSampler(...) over the data set it is given"
+
+
 def read_data_part(reading: Reading, tree: ast.Module, functions) -> None:
     loaders = calls_in(tree, "DataLoader")
     if loaders:
@@ -105,7 +119,7 @@ def read_data_part(reading: Reading, tree: ast.Module, functions) -> None:
                         f"the whole data set; the DistributedSampler made at line "
                         f"{made[0].lineno} is never given to it (pass it as sampler=...)"
                         if made
-                        else "the whole data set; add sampler=DistributedSampler(train_dataset)"
+                        else f"the whole data set; add {_sampler_for(loader)}"
                     ),
                     loader.lineno,
                 )
