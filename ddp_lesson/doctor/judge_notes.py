@@ -146,8 +146,7 @@ def _stood_in_count(ranks: list[ProcessRecord], outcome: Outcome) -> str:
         return ""
     return (
         f"torch.cuda.device_count() (line {asked['line']}) answered {asked['answered']} to the "
-        f"script, the doctor standing in GPUs for it; run without the doctor it answers "
-        f"{outcome.gpus} here, and whatever the script derives from it follows"
+        f"script, counting the stand-ins (without the doctor it answers {outcome.gpus} here)"
     )
 
 

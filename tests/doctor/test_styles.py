@@ -58,8 +58,8 @@ SAYS = {
     },
     "gpu_model_built_on_device": {
         "model_wrapping": "DDP wrapped the model on 2 ranks; parameters identical",
-        "notes": "torch.cuda.device_count() (line 38) answered 2 to the script, the doctor "
-        "standing in GPUs for it; run without the doctor it answers 0 here",
+        "notes": "torch.cuda.device_count() (line 38) answered 2 to the script, counting the "
+        "stand-ins (without the doctor it answers 0 here)",
     },
     "by_hand": {
         "model_wrapping": "not wrapped in DDP, yet the ranks kept it in step",
