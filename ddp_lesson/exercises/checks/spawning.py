@@ -16,7 +16,7 @@ from collections.abc import Callable
 from ... import devices, launch, reports
 from ...stages import stage
 from ..probes import stage_workers as probes
-from . import base
+from . import base, world_size_cell
 from .base import Result, failed, graded, not_attempted, passed, quote
 
 SPAWNING = stage("spawning").title
@@ -27,7 +27,9 @@ def check_spawn(start: Callable, world_size: object, *, reveal: bool = False) ->
     """Check ``start(main, world_size, port)`` starts one process per device with the right ranks.
 
     Then ``start`` is called again with one rank more, as on a machine with
-    another device: it must start that many.
+    another device: it must start that many. In a notebook, the cell that set
+    ``world_size`` is also run again as on other machines
+    (:mod:`.world_size_cell`).
 
     Args:
         start: the learner's function; it must call ``mp.spawn`` on ``main``.
@@ -39,6 +41,8 @@ def check_spawn(start: Callable, world_size: object, *, reveal: bool = False) ->
     if base.is_stub(world_size):
         return not_attempted(name, "the world_size line")
     wrong = _world_size_for_machine(name, plan, world_size)
+    if wrong is None:  # (a failed Result is falsy: each step is asked in turn)
+        wrong = world_size_cell.cell_wrong(name)
     if wrong is None:
         wrong = _started(name, start, world_size)
     other = _another_size(world_size)
