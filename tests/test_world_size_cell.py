@@ -77,3 +77,16 @@ def test_a_cell_wrong_on_another_machine_fails_with_what_it_gave(notebook, cell,
     result = checked(notebook, cell)
     assert result.status == checks.FAILED and result.stage == "starting processes", str(result)
     assert said in result.happened, str(result)
+
+
+def test_only_what_the_world_size_needs_is_run_again(notebook):
+    # the cell also starts something with the world size: that line must not run five more times
+    notebook.run_cell("started = []", store_history=True).raise_error()
+    cell = (
+        "gpus = torch.cuda.device_count()\n"
+        "world_size = gpus or 2\n"
+        "record = started.append(world_size)"
+    )
+    result = checked(notebook, cell)
+    assert result.status == checks.FAILED, str(result)
+    assert notebook.user_ns["started"] == [2]  # the learner's own run, once

@@ -75,8 +75,8 @@ def cell_wrong(name: str) -> Result | None:
 
 
 def _world_size_cell() -> tuple[ast.Module, dict] | None:
-    """The assignments and imports of the last notebook cell that set ``world_size``, with
-    the notebook's namespace; None outside a notebook."""
+    """The statements of the last notebook cell that set ``world_size`` which its value
+    needs (:func:`_needed`), with the notebook's namespace; None outside a notebook."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -89,10 +89,39 @@ def _world_size_cell() -> tuple[ast.Module, dict] | None:
             tree = ast.parse(shell.transform_cell(source))
         except (SyntaxError, ValueError):
             continue
-        kept = [s for s in tree.body if isinstance(s, (ast.Assign, ast.Import, ast.ImportFrom))]
-        if any(_sets_world_size(s) for s in kept):
+        kept = _needed(tree.body)
+        if kept:
             return ast.Module(body=kept, type_ignores=[]), shell.user_ns
     return None
+
+
+def _needed(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The imports, and the assignments ``world_size``'s last one reads from, in order.
+
+    Nothing else in the cell runs again: a launch written beside the world
+    size (``results = start(main, world_size, port)``) must not start
+    processes five more times.
+
+    >>> cell = ("import torch\\nn = torch.cuda.device_count()\\n"
+    ...         "world_size = max(2, n)\\nout = go(world_size)")
+    >>> [ast.unparse(s) for s in _needed(ast.parse(cell).body)]
+    ['import torch', 'n = torch.cuda.device_count()', 'world_size = max(2, n)']
+    """
+    last = max((i for i, s in enumerate(body) if _sets_world_size(s)), default=None)
+    if last is None:
+        return []
+    wanted, kept = {"world_size"}, []
+    for statement in reversed(body[: last + 1]):
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            kept.append(statement)
+        elif isinstance(statement, ast.Assign) and wanted & _targets(statement):
+            kept.append(statement)
+            wanted |= {n.id for n in ast.walk(statement.value) if isinstance(n, ast.Name)}
+    return kept[::-1]
+
+
+def _targets(statement: ast.Assign) -> set[str]:
+    return {n.id for t in statement.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
 def _sets_world_size(statement: ast.stmt) -> bool:
