@@ -11,7 +11,7 @@ from __future__ import annotations
 from .judge_evidence import Judged, Shown, error_text, quote, ranks_text
 from .read import Finding, Reading
 from .record import Outcome, ProcessRecord
-from .verdict import FAULT, StageVerdict
+from .verdict import FAULT, NOT_CHECKED, StageVerdict
 
 
 def crashes(outcome: Outcome) -> list[tuple[ProcessRecord, dict]]:
@@ -36,6 +36,38 @@ def crashes(outcome: Outcome) -> list[tuple[ProcessRecord, dict]]:
         return []  # raised because the doctor had stopped another rank
     same = (first["type"], first["line"], first["message"])
     return [(r, e) for r, e in raised if (e["type"], e["line"], e["message"]) == same]
+
+
+#: Words of torch's errors for a CUDA call on a machine without CUDA: a call the CPU
+#: stand-ins (:mod:`.probe_cuda_queries`) do not answer.
+NO_CUDA = (
+    "Torch not compiled with CUDA enabled",
+    "compiled without CUDA",
+    "requires CUDA support",
+    "dummy base class",
+    "Cannot access accelerator device when none is available",
+    "NVTX functions not installed",
+    "Found no NVIDIA driver",
+    "No CUDA GPUs are available",
+    "without ATen_cuda",
+)
+
+
+def _no_stand_in(reading: Reading, error: dict) -> StageVerdict | None:
+    """The run ended at a CUDA call the stand-ins do not answer: not checked, not a fault."""
+    if not any(words in error["message"] for words in NO_CUDA):
+        return None
+    line = error["line"]
+    text = reading.source(line)
+    where = f"at line {line}" + (f" (`{text}`)" if text else "") if line else "at a call"
+    said = (
+        f"the run stopped {where}, a call that needs a GPU: this machine has none, and the "
+        "doctor has no CPU stand-in for it ("
+        f"{error['type']}: {error['message'].splitlines()[0]}); what comes after it was not "
+        "run. On the GPUs the script was written for the line may well be right: run the "
+        "doctor there, or guard the call with torch.cuda.is_available()"
+    )
+    return StageVerdict(NOT_CHECKED, said, line, [said])
 
 
 #: What torch says in a rank whose partner stopped answering: it lost the partner, it
@@ -148,6 +180,9 @@ def crash_finding(
             return Judged(failure=elsewhere)  # no stage is to blame for where the other was
         said = elsewhere.evidence.removeprefix("run: ")
         return Judged((Shown(Finding(stage, said, elsewhere.line), exact=True),))
+    gap = _no_stand_in(reading, error)
+    if gap is not None:
+        return Judged(failure=gap)
     line = error["line"]
     stage = error.get("stage") or reading.owners.get(line)
     if stage == "model_wrapping" and unused:

@@ -6,9 +6,11 @@
   (``Settings.stand_in``): a script written for GPUs runs on the CPU.
   ``.to(...)`` and ``.cuda()`` of tensors and modules, the tensor factories'
   ``device=``, ``torch.load``'s ``map_location`` and ``torch.cuda.set_device``
-  name the CPU instead of a GPU, and ``torch.cuda.synchronize`` /
-  ``empty_cache`` do nothing. Each module's device and each ``set_device`` are
-  recorded as asked, with the learner's line. With ``Settings.gpus``,
+  name the CPU instead of a GPU, ``torch.cuda.synchronize`` /
+  ``empty_cache`` do nothing, and ``torch.cuda``'s questions, events and
+  streams get the CPU answers of :mod:`.probe_cuda_queries`. Each module's
+  device and each ``set_device`` are recorded as asked, with the learner's
+  line. With ``Settings.gpus``,
   ``torch.cuda.device_count`` answers that many GPUs, and so do
   ``torch.accelerator``, ``torch.cuda.is_available`` and
   ``torch.cuda.current_device``, to the learner's own calls only (torch's
@@ -30,6 +32,7 @@ import torch
 from torch import nn
 
 from ..devices import gpu_named
+from . import probe_cuda_queries
 from .probe_state import is_learner, learner_line, originals, process_state, set_for_good
 
 
@@ -53,6 +56,7 @@ def place(module: nn.Module, asked: str | None, line: int | None) -> None:
 FACTORIES = (
     "tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint",
     "arange", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
+    "randperm", "eye", "linspace", "logspace", "scalar_tensor", "empty_strided",
 )  # fmt: skip
 
 
@@ -203,6 +207,7 @@ def install_cpu_stand_ins(gpus: int) -> None:
     set_for_good(torch.cuda, "set_device", set_device)
     set_for_good(torch.cuda, "synchronize", lambda device=None: None)
     set_for_good(torch.cuda, "empty_cache", lambda: None)
+    probe_cuda_queries.install(gpus)
     for name in FACTORIES:
         set_for_good(torch, name, on_cpu(getattr(torch, name)))
     originals["load"] = torch.load

@@ -84,8 +84,9 @@ class Diagnosis:
 
     @property
     def exit_code(self) -> int:
-        """What ``ddp-doctor`` exits with: 0 healthy, 1 a fault or a failure, 2 not diagnosed."""
-        if self.problem:
+        """What ``ddp-doctor`` exits with: 0 healthy, 1 a fault or a failure, 2 not diagnosed
+        (the file, or the run past a line the doctor cannot run here)."""
+        if self.problem or (self.failure is not None and self.failure.status == NOT_CHECKED):
             return 2
         return 0 if self.ok else 1
 

@@ -56,6 +56,14 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "gpu_default_device": {
+        "model_wrapping": "DDP wrapped the model on 2 ranks; parameters identical",
+        "notes": "asked for nccl, which ran as gloo on the CPU",
+    },
+    "gpu_timed_epochs": {
+        "model_wrapping": "DDP wrapped the model on 2 ranks; parameters identical",
+        "notes": STAND_INS,
+    },
     "gpu_model_built_on_device": {
         "model_wrapping": "DDP wrapped the model on 2 ranks; parameters identical",
         "notes": "torch.cuda.device_count() (line 38) answered 2 to the script, counting the "
@@ -261,6 +269,21 @@ def test_a_crash_in_any_stage_is_a_fault_there_never_a_success(stage, tmp_path):
         if any(v.strip() and v.strip() in text for v in parts.values())
     )  # fmt: skip
     assert verdict.line == line, shown
+
+
+@pytest.mark.skipif(devices.gpus_for(2), reason="the GPUs answer the call themselves")
+def test_a_gpu_call_the_stand_ins_cannot_answer_leaves_the_rest_not_checked(tmp_path):
+    """Without CUDA, a call the stand-ins do not cover ends the run: that is the doctor's
+    limit, not the script's fault, and what it could not run is said, with exit 2."""
+    fields = {"extra": "", "sampler": "", "frozen": "", "during": "", "after": ""}
+    before = "handle = torch.cuda.current_blas_handle()\n    "
+    path = tmp_path / "blas.py"
+    path.write_text(WORKER.format(**fields, before=before))
+    result = doctor.diagnose(path, 2)
+    shown = str(result)
+    assert result.faults == [] and result.exit_code == 2, shown
+    assert result.failure.status == doctor.NOT_CHECKED and result.failure.line == 10, shown
+    assert "no CPU stand-in for it" in result.failure.evidence, shown
 
 
 # -- what a run must do to be called healthy ------------------------------------------------

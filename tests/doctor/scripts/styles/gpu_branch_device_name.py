@@ -1,6 +1,6 @@
-"""Style: with a GPU the script prints the card's name and its memory in use, calls only
-a real GPU can answer; without one it trains on the CPU. The CPU branch is what runs
-here, and is checked; the GPU branch cannot run on stand-ins, and the report says so.
+"""Style: with a GPU the script prints the card's name and whether it reaches its
+neighbour's memory, a call only a real GPU can answer; without one it trains on the CPU.
+The CPU branch is what runs here, and is checked; the GPU branch cannot run on stand-ins, and the report says so.
 Planted fault: none."""
 import os
 
@@ -18,7 +18,7 @@ def fit(rank, world_size):
     gpu = torch.cuda.is_available()
     if gpu:
         torch.cuda.set_device(rank)
-        print(rank, torch.cuda.get_device_name(rank), torch.cuda.memory_allocated(rank))
+        print(rank, torch.cuda.get_device_name(rank), torch.cuda.can_device_access_peer(0, 1))
     device = torch.device("cuda", rank) if gpu else torch.device("cpu")
     dist.init_process_group("nccl" if gpu else "gloo", rank=rank, world_size=world_size)
     points = torch.randn(60, 3, generator=torch.Generator().manual_seed(17))
