@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import torch
@@ -119,8 +120,16 @@ class device:  # noqa: N801 (torch.cuda.device's own name)
         (process_state.get("chosen") or [0])[0] = self.before
 
 
-def _nothing(*args, **kwargs) -> None:
-    """A call that has nothing to do on the CPU (reset memory statistics, a profiler mark)."""
+def _nothing(name: str) -> Callable:
+    """``torch.cuda.<name>`` as a call with nothing to do on the CPU (reset memory
+    statistics, a profiler mark): a function of its own for each name, since
+    ``torch._dynamo`` refuses one object that stands under two torch names."""
+
+    def nothing(*args, **kwargs) -> None:
+        return None
+
+    nothing.__name__ = nothing.__qualname__ = name
+    return nothing
 
 
 def install(gpus: int) -> None:
@@ -141,16 +150,16 @@ def install(gpus: int) -> None:
         "Event": Event,
         "Stream": Stream,
         "device": device,
-        "init": _nothing,
+        "init": _nothing("init"),
     }
     for name in ("reset_peak_memory_stats", "reset_max_memory_allocated",
                  "reset_accumulated_memory_stats", "set_per_process_memory_fraction",
                  "ipc_collect", "set_rng_state", "set_rng_state_all"):  # fmt: skip
-        answers[name] = _nothing
+        answers[name] = _nothing(name)
     for name, answer in answers.items():
         set_for_good(cuda, name, answer)
     for name in ("range_push", "range_pop", "mark"):
-        set_for_good(cuda.nvtx, name, _nothing)
+        set_for_good(cuda.nvtx, name, _nothing(name))
     set_for_good(cuda.nvtx, "range", lambda *args, **kwargs: contextlib.nullcontext())
     set_for_good(torch.Tensor, "pin_memory", lambda self, *args, **kwargs: self)
     set_for_good(torch, "set_default_device", _default_device(torch.set_default_device))

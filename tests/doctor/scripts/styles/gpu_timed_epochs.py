@@ -1,7 +1,7 @@
 """Style: a GPU script that reports on its hardware as it trains: the device's name and
 memory, CUDA events around each epoch, a side stream for the copies, the model built
-inside `with torch.cuda.device(rank)`, and the CUDA random state kept in its checkpoint.
-Planted fault: none."""
+inside `with torch.cuda.device(rank)`, and the CUDA random state kept in its checkpoint;
+one process per GPU, started by hand. Planted fault: none."""
 import os
 
 import torch
@@ -59,4 +59,9 @@ def train(rank, world_size):
 
 if __name__ == "__main__":
     gpus = torch.cuda.device_count()
-    mp.spawn(train, args=(gpus,), nprocs=gpus)
+    context = mp.get_context("spawn")
+    ranks = [context.Process(target=train, args=(rank, gpus)) for rank in range(gpus)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join()
