@@ -268,7 +268,7 @@ def _needs_a_real_gpu(outcome: Outcome) -> tuple[str, int | None] | None:
 
 def _run_as_written(reading: Reading, world_size: int, timeout_s: float, args: Sequence) -> Outcome:
     """Run the file as read; run it again under torchrun if, as Python, it asked for torchrun."""
-    from .record import SELF_LAUNCH
+    from .record import SELF_LAUNCH, SELF_SUBPROCESS
     from .run import run_probed
 
     started = time.monotonic()
@@ -276,8 +276,9 @@ def _run_as_written(reading: Reading, world_size: int, timeout_s: float, args: S
     wanted = outcome.script.torchrun if outcome.script is not None else None
     if wanted and not outcome.ranks:  # run as Python, it asked for torchrun's variables
         reading.mode = TORCHRUN
-        if wanted["variable"] == SELF_LAUNCH:
+        if wanted["variable"] in (SELF_LAUNCH, SELF_SUBPROCESS):
             reading.agent_line = wanted["line"]
+            reading.self_subprocess = wanted["variable"] == SELF_SUBPROCESS
         left = max(TIMEOUT_RANGE_S[0], timeout_s - (time.monotonic() - started))
         outcome = run_probed(reading, world_size, left, args)
         outcome.timeout_s = timeout_s

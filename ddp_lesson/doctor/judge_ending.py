@@ -78,9 +78,20 @@ def why_not_run(outcome: Outcome, reading: Reading) -> str:
             " (it reads torchrun's variables, but went on without them)"
             if reading.reads_torchrun else ""
         )  # fmt: skip
+        from .sandbox import programs_started
+
+        started = programs_started("\n".join(reading.sources)) if reading.sources else []
+        others = (
+            f"; the programs it starts (line {', '.join(map(str, started))}) are not followed: "
+            "start the ranks with mp.spawn, or start each child with torchrun's variables "
+            "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) in its environment: the doctor then "
+            "runs the children under torchrun"
+            if started else ""
+        )  # fmt: skip
         return (
             "the script ended without starting any process (mp.spawn, start_processes, "
             f"elastic_launch, multiprocessing.Process) or needing torchrun's variables{reads}"
+            f"{others}"
         )
     ended = _returned(outcome, reading)
     return f"{ended} before this stage" if ended else ""

@@ -178,6 +178,8 @@ def _files_notes(reading: Reading, outcome: Outcome) -> list[str]:
             "your files are as they were"
         )
     started = programs_started("\n".join(reading.sources)) if reading.sources else []
+    if reading.self_subprocess:  # that start was the script's launch of itself, run by torchrun
+        started = [line for line in started if line != reading.agent_line]
     if started:
         where = ", ".join(map(str, started))
         notes.append(

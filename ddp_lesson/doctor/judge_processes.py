@@ -29,7 +29,12 @@ def judge_spawning(reading, outcome) -> Judged:
         return Judged.of(shown)
     if reading.mode == TORCHRUN:
         by = "torchrun"
-        if reading.agent_line is not None:
+        if reading.self_subprocess:
+            by = (
+                "torchrun, in place of the script's own start of Python on itself with "
+                f"torchrun's variables (subprocess, line {reading.agent_line}),"
+            )
+        elif reading.agent_line is not None:
             by = f"torchrun's agent, which the script starts on itself (line {reading.agent_line}),"
         fine["spawning"] = (
             f"{by} started {len(entered)} process(es) (RANK "

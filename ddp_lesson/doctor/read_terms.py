@@ -125,8 +125,10 @@ class Reading:
             says why); the doctor then judges the code without running it.
         agent_line: run as Python, the script started torchrun's agent on
             itself at this line (``torch.distributed.run.main([..., sys.argv[0]])``,
-            or ``elastic_launch`` with its own path): the doctor then runs it
-            under its torchrun, as for ``"torchrun"``.
+            or ``elastic_launch`` with its own path), or Python on itself with
+            torchrun's variables (``subprocess.Popen``; then ``self_subprocess``):
+            the doctor then runs it under its torchrun, as for ``"torchrun"``.
+        self_subprocess: the launch at ``agent_line`` is ``subprocess``, not torchrun's.
     """
 
     path: Path
@@ -143,6 +145,7 @@ class Reading:
     unstartable: bool = False
     reads_torchrun: bool = False
     agent_line: int | None = None
+    self_subprocess: bool = False
     gpu_branch: bool = False
     release_on_error: int | None = None
 

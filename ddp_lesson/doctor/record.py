@@ -26,6 +26,9 @@ WRAPS_KEPT = 20
 #: What a script's record gives as the torchrun variable it wanted when, run as
 #: Python, it started torchrun's agent on itself (the doctor then runs it under torchrun).
 SELF_LAUNCH = "torchrun's agent, started by the script"
+#: ... when it started Python on itself (``subprocess.Popen([sys.executable, __file__])``)
+#: with torchrun's variables in the environment it gave: the doctor's torchrun sets them.
+SELF_SUBPROCESS = "Python on itself, started by the script with torchrun's variables"
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import os
 import pickle
 import random
 import runpy
+import subprocess
 import sys
 import traceback
 import types
@@ -36,9 +37,10 @@ from pathlib import Path
 import torch
 
 from ..launch import torch_hooks
+from ..launch.watching import AGENT_STORE_ENV
 from . import probe, start_follow
 from .read_terms import TORCHRUN_VARIABLES
-from .record import SELF_LAUNCH, Settings
+from .record import SELF_LAUNCH, SELF_SUBPROCESS, Settings
 
 #: torch's own ``start_processes``, which the script's process hands its spawns to.
 _torch_start: list[Callable] = []
@@ -179,6 +181,30 @@ def _agent_launch(torch_launch_agent: Callable) -> Callable:
     return launch_agent
 
 
+def _self_subprocess(popen_init: Callable) -> Callable:
+    """``subprocess.Popen``, as the script's own process sees it: Python started on the
+    script itself with torchrun's variables (``RANK``...) in its environment is a launch
+    of its own ranks, which the doctor runs under its torchrun instead, recorded."""
+
+    def init(self, args, *rest, **kwargs):
+        words = [args] if isinstance(args, str | os.PathLike) else list(args)
+        env = kwargs.get("env")
+        env = os.environ if env is None else env
+        if (
+            _program_of(str(words[0]), words[1:]) == probe.settings().file
+            and any(key in env for key in TORCHRUN_VARIABLES)
+            and probe.learner_line() is not None
+        ):
+            probe.wants_torchrun(SELF_SUBPROCESS, probe.learner_line())
+        if AGENT_STORE_ENV in env and len(rest) < 9:  # (an env given by position: as it is)
+            # the switch that points a rank at the doctor's store is not for programs the
+            # script starts: their rank 0 would never host the store they wait for
+            kwargs["env"] = {k: v for k, v in env.items() if k != AGENT_STORE_ENV}
+        return popen_init(self, args, *rest, **kwargs)
+
+    return init
+
+
 def _run_file(path: str, argv: list[str]) -> None:
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(path))
@@ -208,6 +234,7 @@ def script_process(index: int, settings: Settings, path: str, argv: list[str]) -
     torch_hooks.wrap(torch_hooks.SPAWN, _recorded_spawn)
     torch_hooks.wrap(torch_hooks.LAUNCH_AGENT, _agent_launch)
     probe.install(settings, index, script=True)
+    probe.wrap_for_good(subprocess.Popen, "__init__", _self_subprocess)
     # as in `python FILE`: no start method chosen yet (this process was forked by a forkserver)
     multiprocessing.set_start_method(None, force=True)
     start_follow.follow()

@@ -56,6 +56,10 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "self_subprocess": {
+        "spawning": "in place of the script's own start of Python on itself with torchrun's "
+        "variables (subprocess, line 38)",
+    },
     "gpu_default_device": {
         "model_wrapping": "DDP wrapped the model on 2 ranks; parameters identical",
         "notes": "asked for nccl, which ran as gloo on the CPU",
@@ -522,3 +526,32 @@ def test_a_rank_that_left_early_is_named_not_the_step_its_partner_waited_in(tmp_
         "gave up waiting for it" in said
     ), said
     assert "an early stop or a break decided on one rank" in said, said
+
+
+def test_a_script_that_starts_python_on_itself_is_run_under_torchrun_not_left_waiting():
+    """Its children, given torchrun's variables, are its ranks: the doctor's torchrun
+    starts them instead (recorded), and that start is no program left unwatched."""
+    result = doctor.diagnose(STYLES / "self_subprocess.py", 2)
+    shown = str(result)
+    assert result.exit_code == 0 and result.launch.startswith("torchrun "), shown
+    assert not any("other programs" in note for note in result.notes), shown
+
+
+def test_ranks_a_script_starts_as_programs_of_its_own_are_named_not_followed(tmp_path):
+    """Children told their rank on the command line are programs the doctor cannot record:
+    the report names the line that starts them and the two routes it can follow."""
+    source = (STYLES / "self_subprocess.py").read_text()
+    source = source.replace(
+        '    dist.init_process_group("gloo")',
+        '    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29809",\n'
+        "                            rank=int(sys.argv[1]), world_size=RANKS)",
+    ).replace(
+        '[sys.executable, __file__], env={**os.environ, **shared, "RANK": str(r)}',
+        "[sys.executable, __file__, str(r)]",
+    ).replace('if "RANK" in os.environ', "if len(sys.argv) > 1")
+    path = tmp_path / "by_argument.py"
+    path.write_text(source)
+    result = doctor.diagnose(path, 2)
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "Popen" in text)
+    assert result.exit_code == 2, str(result)
+    assert f"the programs it starts (line {line}) are not followed" in result.problem
