@@ -1,7 +1,6 @@
 """Style: with a GPU the script prints the card's name and whether it reaches its
-neighbour's memory, a call only a real GPU can answer; without one it trains on the CPU.
-The CPU branch is what runs here, and is checked; the GPU branch cannot run on
-stand-ins, and the report says so.
+neighbour's memory, which only a real GPU answers; without one it trains on the CPU.
+The CPU branch runs here and is checked; the GPU branch cannot run on stand-ins.
 Planted fault: none."""
 import os
 
