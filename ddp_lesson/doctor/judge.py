@@ -33,7 +33,7 @@ from .judge_model import model_verdict, unused_parameters
 from .judge_notes import add_notes
 from .judge_processes import judge_group, judge_spawning, judge_teardown
 from .read import TORCHRUN, Reading
-from .record import Outcome, ProcessRecord
+from .record import WAITED_IN_STEP, Outcome, ProcessRecord
 from .verdict import FAULT, NOT_CHECKED, OK, Diagnosis, StageVerdict, title
 
 
@@ -79,6 +79,17 @@ def launches(ranks: list[ProcessRecord]) -> list[list[ProcessRecord]]:
     return [groups[k] for k in sorted(groups)]
 
 
+def _uneven_explains(shown: list[Shown]) -> tuple[list[Shown], bool]:
+    """``shown`` less a rank's wait for a partner in its extra DDP step when the ranks'
+    batches were uneven: that (splitting the data) is the cause, not how they connected."""
+    if not any(UNEVEN in s.finding.evidence for s in shown):
+        return shown, False
+    return [
+        s for s in shown
+        if not (s.finding.stage == "process_group" and WAITED_IN_STEP in s.finding.evidence)
+    ], True  # fmt: skip
+
+
 def verdict(
     reading: Reading, outcome: Outcome, world_size: int, not_run: str = ""
 ) -> Diagnosis:
@@ -110,6 +121,7 @@ def verdict(
         shown.extend(judged.shown)
         fine.update(judged.fine)
         disproved.update(judged.disproved)
+    shown, uneven = _uneven_explains(shown)
     if "teardown" in fine and any(UNEVEN in s.finding.evidence for s in shown):
         fine["teardown"] += (
             " in the doctor's short run, which takes the same few batches on every rank; run "
@@ -120,6 +132,8 @@ def verdict(
         kept = [f for f in reading.findings if f.stage not in disproved]
         reading = dataclasses.replace(reading, findings=kept)
     stopped = not_run or why_not_run(outcome, reading)
+    if uneven and stopped.endswith(f"the {title('process_group')} fault"):
+        stopped = f"the run ended at the {title('data_division')} fault"
     for key in KEYS:
         diagnosis.stages[key] = _stage_verdict(
             key, reading, shown, fine, stopped, not_run, diagnosis.faults

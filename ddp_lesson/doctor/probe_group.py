@@ -48,6 +48,7 @@ from .probe_state import (
     stop_at_stage,
     wants_torchrun,
 )
+from .record import WAITED_IN_STEP
 
 #: Seconds a rank may stay in one DDP step while another waits in a collective of
 #: the learner's before the two count as stuck on different collectives.
@@ -392,7 +393,7 @@ def check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> None
     if now - seen[other][1] < STUCK_S:
         return
     op, at, _ = where.decode().split(":")
-    what = "a backward pass, where DDP averages gradients" if op == "backward" else "DDP(...)"
+    what = WAITED_IN_STEP if op == "backward" else "DDP(...)"
     caller = caller_line(sys._getframe(1))
     called = f", called from line {caller}" if caller is not None else ""
     stop_at_stage(

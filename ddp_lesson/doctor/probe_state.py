@@ -125,13 +125,21 @@ def frame_line(frame) -> int | None:
     return None
 
 
+#: The file where the doctor starts each rank: no learner's line below it called the rank.
+RANK_START = os.path.join(os.path.dirname(os.path.abspath(__file__)), "start.py")
+
+
 def caller_line(frame) -> int | None:
     """The learner's line that called the function running the learner's innermost line.
 
-    ``None`` when that function is the outermost of the learner's on the stack.
+    ``None`` when that function is the outermost of the learner's on the stack, or
+    when what called it started the rank: a rank forked inside ``mp.spawn`` still has
+    the script's ``__main__`` lines below the doctor's start of the rank.
     """
     seen = 0
     while frame is not None:
+        if frame.f_code.co_filename == RANK_START:
+            return None
         if is_learner(frame.f_code.co_filename):
             seen += 1
             if seen == 2:

@@ -23,6 +23,9 @@ SETTINGS_ENV = "DDP_LESSON_DOCTOR"
 WRAPS_KEPT = 20
 
 
+#: How a rank's stop names a partner that waits in a DDP step (its backward pass).
+WAITED_IN_STEP = "a backward pass, where DDP averages gradients"
+
 #: What a script's record gives as the torchrun variable it wanted when, run as
 #: Python, it started torchrun's agent on itself (the doctor then runs it under torchrun).
 SELF_LAUNCH = "torchrun's agent, started by the script"

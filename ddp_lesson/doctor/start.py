@@ -36,8 +36,7 @@ from pathlib import Path
 
 import torch
 
-from ..launch import torch_hooks
-from ..launch.watching import AGENT_STORE_ENV
+from ..launch import AGENT_STORE_ENV, torch_hooks
 from . import probe, start_follow
 from .read_terms import TORCHRUN_VARIABLES
 from .record import SELF_LAUNCH, SELF_SUBPROCESS, Settings

@@ -35,7 +35,7 @@ from .ranks import pause_after_destroy
 from .scripts import run_script
 from .supervisor import Supervisor
 from .warm_server import warm_up
-from .watching import active
+from .watching import AGENT_STORE_ENV, active
 
 
 def as_python_u() -> None:
@@ -143,6 +143,7 @@ def run_ranks(
 
 
 __all__ = [
+    "AGENT_STORE_ENV",
     "FOLDER_PREFIX",
     "LOOPBACK",
     "TORCHRUN_ENV",

@@ -56,6 +56,11 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "uneven_shards": {
+        "data_division": "rank 1's loader ran out after",
+        "process_group": "ranks [0, 1] joined one gloo group",
+        "teardown": "not reached: the run ended at the splitting the data fault",
+    },
     "self_subprocess": {
         "spawning": "in place of the script's own start of Python on itself with torchrun's "
         "variables (subprocess, line 38)",
@@ -555,3 +560,20 @@ def test_ranks_a_script_starts_as_programs_of_its_own_are_named_not_followed(tmp
     line = next(n for n, text in enumerate(source.splitlines(), 1) if "Popen" in text)
     assert result.exit_code == 2, str(result)
     assert f"the programs it starts (line {line}) are not followed" in result.problem
+
+
+def test_a_collective_in_the_ranks_own_function_names_no_caller(tmp_path):
+    """A rank forked inside mp.spawn keeps the script's `__main__` lines under it: the
+    line that started the processes did not call the collective, and is not named."""
+    source = (STYLES / "check_in_between_rank0.py").read_text().replace(
+        '            print("positive:", progress(model, points))',
+        "            hits = (model(points).squeeze(1) > 0).sum().float()\n"
+        "            dist.all_reduce(hits)",
+    )
+    path = tmp_path / "inline.py"
+    path.write_text(source)
+    result = doctor.diagnose(path, 2)
+    line = source.splitlines().index("            dist.all_reduce(hits)") + 1
+    said = result.stages["process_group"].evidence
+    assert result.faults == ["process_group"] and f"(line {line})" in said, str(result)
+    assert "called from" not in said, str(result)
