@@ -152,7 +152,7 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if summed is not None:
         add(*summed, exact=True)
         return Judged.of(shown)
-    later = _parted_later(ranks) if wrapped else None
+    later = _parted_later(ranks) if wrapped and not unused else None  # (unused: see above)
     if later is not None:
         add(*later, exact=later[1] is not None)
         return Judged.of(shown)

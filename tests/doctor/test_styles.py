@@ -577,3 +577,17 @@ def test_a_collective_in_the_ranks_own_function_names_no_caller(tmp_path):
     said = result.stages["process_group"].evidence
     assert result.faults == ["process_group"] and f"(line {line})" in said, str(result)
     assert "called from" not in said, str(result)
+
+
+def test_unused_parameters_are_the_one_cause_named_when_the_ranks_then_part(tmp_path):
+    """With Adam the ranks part after the step whose reduction never finished: that is
+    the unused parameters' doing, not optimisers that differ."""
+    source = (STYLES / "unused_head.py").read_text()
+    source = source.replace("torch.optim.SGD(model.parameters(), lr=0.1)",
+                            "torch.optim.Adam(model.parameters(), lr=0.01)")  # fmt: skip
+    path = tmp_path / "unused_adam.py"
+    path.write_text(source)
+    result = doctor.diagnose(path, 2)
+    said = result.stages["model_wrapping"].evidence
+    assert result.faults == ["model_wrapping"] and "`aux.weight`, `aux.bias`" in said, said
+    assert "optimisers" not in said, str(result)
