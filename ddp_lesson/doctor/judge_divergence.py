@@ -169,6 +169,11 @@ def _changed_parameters(ranks, spans, before, now) -> Cause:
         if changed(b["params"], n["params"])
     ]
     line = now[0]["line"]
+    if movers and len(movers) < len(ranks) and before[0]["event"] == "step":
+        steps = sum(e["event"] == "step" for e in ranks[0].model_events[: spans[0][0] + 1])
+        edited = edited_after(ranks, movers, steps, f"after optimizer step {steps}")
+        if edited is not None:
+            return edited
     if movers and len(movers) < len(ranks):
         who = f"{ranks_text(movers)} changed the model's parameters"
         others = "and the other ranks did not"
@@ -180,6 +185,26 @@ def _changed_parameters(ranks, spans, before, now) -> Cause:
         "made on one rank stays on that rank. Make such a change on every rank, or through the "
         "optimiser",
         before[0]["line"] if before[0]["event"] == "step" else line,
+    )
+
+
+def edited_after(ranks, changed: list[int], steps: int, after: str) -> Cause | None:
+    """The line where only the ranks in ``changed`` edited the wrapped parameters after
+    their ``steps``-th optimiser step (``ProcessRecord.edits``), if they did."""
+    edits = {rank_of(r): [e for e in r.edits if e["after_step"] == steps] for r in ranks}
+    found = [edits[r][0] for r in changed if edits.get(r)]
+    if not found or any(own for r, own in edits.items() if r not in changed):
+        return None
+    line, caller = found[0]["line"], found[0]["caller"]
+    called = f", called from line {caller}" if caller is not None else ""
+    return Cause(
+        f"{ranks_text(changed)} changed the wrapped model's parameters at line {line}"
+        f"{called}, {after} (counted in the doctor's run), outside optimizer.step(), and "
+        "the other ranks did not, so from then on the ranks train "
+        "different weights: DDP copies rank 0's parameters to the others only when it "
+        "wraps the model, and keeps them equal only through the steps it averages. Make "
+        "the change on every rank, or before DDP(...)",
+        line,
     )
 
 

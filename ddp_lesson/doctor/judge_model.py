@@ -11,7 +11,7 @@ wrapped it.
 
 from __future__ import annotations
 
-from .judge_divergence import parting_cause
+from .judge_divergence import edited_after, parting_cause
 from .judge_evidence import Judged, Shown, error_text, note_shown
 from .read import Finding
 from .record import WRAPS_KEPT, ProcessRecord
@@ -262,6 +262,9 @@ def _parted_later(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
             loaded = _loaded_after(ranks, trails, k - 1) if k else None
             if loaded is not None:
                 return loaded
+            edited = edited_after(ranks, changed, k, f"after optimizer step {k}") if k else None
+            if edited is not None:
+                return edited.text, edited.line
             who = f"rank {changed[0]}'s" if len(changed) == 1 else "the ranks'"
             return (
                 f"the ranks' parameters were identical after step {k}, but apart before "

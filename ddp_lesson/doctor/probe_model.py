@@ -27,6 +27,7 @@ import sys
 
 import torch
 
+from . import probe_edits
 from .probe_state import (
     blocking,
     first_line,
@@ -254,6 +255,7 @@ def ddp_join_hook(original):
 def count_forward(module, inputs) -> None:
     in_ddp = getattr(thread_local, "in_ddp", 0)
     if in_ddp:
+        probe_edits.stop()
         note_call_line(learner_line(3))  # (with or without gradients: it may broadcast)
     if not torch.is_grad_enabled():
         return
@@ -302,6 +304,8 @@ def after_step(optimizer, args, kwargs) -> None:
         return
     record = process_state["record"]
     note_trail("post")
+    if process_state.get("ddp"):
+        probe_edits.watch(wrapped_parameters())
     if record is None or len(record.steps) >= STEPS_KEPT:
         return
     trained = [p for group in optimizer.param_groups for p in group["params"]]
@@ -386,6 +390,7 @@ def before_step(optimizer, args, kwargs) -> None:
     """Before an optimiser step: a ``before_step`` event with the optimiser's settings."""
     if not _outermost(optimizer, starting=True):
         return
+    probe_edits.stop()
     settings = [
         {k: v for k, v in group.items() if isinstance(v, (int, float, tuple, bool))}
         for group in optimizer.param_groups

@@ -138,6 +138,9 @@ class ProcessRecord:
             a few hundred): the sums of the wrapped parameters before and after
             the step, and the first parameter group's learning rate.
         schedules: the learner's line of each learning-rate scheduler step.
+        edits: ``{"line", "caller", "after_step"}`` per learner's line that changed the
+            wrapped parameters between an optimiser step and the next DDP forward
+            (``after_step``: the steps made before it), the first few only.
         collectives: ``{"op", "line"}`` per collective called from the learner's file;
             the first all-reduces add ``"reduce"`` (``"SUM"``...) and the absolute
             sums of their tensor ``"before"`` and ``"after"``; ``"tracked"`` marks
@@ -198,6 +201,7 @@ class ProcessRecord:
     model_events: list[dict] = field(default_factory=list)
     trail: list[dict] = field(default_factory=list)
     schedules: list[int] = field(default_factory=list)
+    edits: list[dict] = field(default_factory=list)
     collectives: list[dict] = field(default_factory=list)
     call_lines: list[int] = field(default_factory=list)
     waiting: dict | None = None

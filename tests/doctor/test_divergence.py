@@ -30,8 +30,12 @@ SAYS = {
                        "rank 1 did not", "Load on every rank"], True),
     "clip_on_rank0": (["rank 0 clipped its gradients (clip_grad_norm_ at line 23)",
                        "rank 1 did not", "equal after backward"], True),
-    "edit_on_rank1": (["rank 1 changed the model's parameters after the optimiser step",
-                       "outside the optimiser's step"], False),
+    "edit_on_rank1": (["rank 1 changed the wrapped model's parameters at line 26, called "
+                       "from line 34, after optimizer step 1", "outside optimizer.step()"],
+                      True),
+    "shrink_on_rank0_each_epoch": (["rank 0 changed the wrapped model's parameters at line "
+                                    "28, called from line 37", "and the other ranks did not",
+                                    "Make the change on every rank"], True),
     "lr_per_rank": (["the ranks' optimisers differ (rank 0 lr=0.01, rank 1 lr=0.02)",
                      "same settings on every rank"], False),
     "no_sync_last": (["came right after a backward", "inside model.no_sync()",
