@@ -26,7 +26,7 @@ import dataclasses
 
 from ..stages import KEYS
 from .judge_crash import crash_finding, crashes, stop_reasons
-from .judge_data import UNEVEN, data_verdict
+from .judge_data import NOT_DIVIDED, UNEVEN, data_verdict
 from .judge_ending import passed_unseen, printed, unfinished, why_not_run
 from .judge_evidence import Shown
 from .judge_model import model_verdict, unused_parameters
@@ -90,6 +90,23 @@ def _uneven_explains(shown: list[Shown]) -> tuple[list[Shown], bool]:
     ], True  # fmt: skip
 
 
+def _asked_in_workers(reading: Reading, shown: list[Shown]) -> None:
+    """A stream every rank received whole, from a dataset that asks the group for its rank:
+    the DataLoader's workers run that question, where there is no group."""
+    line = reading.group_in_dataset
+    for s in shown if line is not None else ():
+        if s.finding.stage == "data_division" and NOT_DIVIDED in s.finding.evidence:
+            s.finding.evidence = s.finding.evidence.split("; split the stream")[0] + (
+                f"; the dataset asks the process group for the rank (line {line}), but "
+                "__iter__ runs in the DataLoader's worker processes, which a process started "
+                "by spawn (as mp.spawn starts each rank) starts by spawn too, without the "
+                "group: there dist.is_initialized() is False and no rank is known. Give the "
+                "dataset the rank and world size in the training process (its __init__ runs "
+                "there), and keep splitting each rank's share among the loader workers in "
+                "__iter__ (get_worker_info() answers there)"
+            )
+
+
 def verdict(
     reading: Reading, outcome: Outcome, world_size: int, not_run: str = ""
 ) -> Diagnosis:
@@ -122,6 +139,7 @@ def verdict(
         fine.update(judged.fine)
         disproved.update(judged.disproved)
     shown, uneven = _uneven_explains(shown)
+    _asked_in_workers(reading, shown)
     if "teardown" in fine and any(UNEVEN in s.finding.evidence for s in shown):
         fine["teardown"] += (
             " in the doctor's short run, which takes the same few batches on every rank; run "

@@ -20,6 +20,9 @@ from .judge_evidence import Judged, Shown, note_shown
 #: Words of every finding that the ranks' loaders give different numbers of batches.
 UNEVEN = "DDP needs the same number of steps on every rank"
 
+#: How a stream that every rank received whole is named.
+NOT_DIVIDED = "the stream is not divided among the ranks"
+
 
 def _overlap(orders: list[list[int]]) -> set[int]:
     """Indices that more than one rank iterated."""
@@ -445,8 +448,8 @@ def _stream_notes(ranks, shown) -> list[str]:
             named = ", ".join(map(str, holders[:-1])) + f" and {holders[-1]}"
             text = (
                 f"ranks {named} received the same {len(shared)} of the {fewest} items "
-                "each loop received in the batches recorded: the stream is not divided "
-                "among the ranks, so each trains on the same data"
+                f"each loop received in the batches recorded: {NOT_DIVIDED}, so each trains "
+                "on the same data"
             )
             workers = max(entry["workers"] for entry in first.values())
             note_shown(shown, "data_division", text + _split_fix(workers), line)

@@ -169,9 +169,13 @@ def _changed_parameters(ranks, spans, before, now) -> Cause:
         if changed(b["params"], n["params"])
     ]
     line = now[0]["line"]
-    if movers and len(movers) < len(ranks) and before[0]["event"] == "step":
+    if movers and len(movers) < len(ranks):
         steps = sum(e["event"] == "step" for e in ranks[0].model_events[: spans[0][0] + 1])
-        edited = edited_after(ranks, movers, steps, f"after optimizer step {steps}")
+        when = (
+            f"after optimizer step {steps} (counted in the doctor's run)"
+            if steps else "after DDP(...) had wrapped it"
+        )  # fmt: skip
+        edited = edited_after(ranks, movers, steps, when)
         if edited is not None:
             return edited
     if movers and len(movers) < len(ranks):
@@ -199,11 +203,10 @@ def edited_after(ranks, changed: list[int], steps: int, after: str) -> Cause | N
     called = f", called from line {caller}" if caller is not None else ""
     return Cause(
         f"{ranks_text(changed)} changed the wrapped model's parameters at line {line}"
-        f"{called}, {after} (counted in the doctor's run), outside optimizer.step(), and "
-        "the other ranks did not, so from then on the ranks train "
-        "different weights: DDP copies rank 0's parameters to the others only when it "
-        "wraps the model, and keeps them equal only through the steps it averages. Make "
-        "the change on every rank, or before DDP(...)",
+        f"{called}, {after}, outside optimizer.step(), and the other ranks did not, so "
+        "from then on the ranks train different weights: DDP copies rank 0's parameters "
+        "to the others only when it wraps the model, and keeps them equal only through "
+        "the steps it averages. Make the change on every rank, or before DDP(...)",
         line,
     )
 

@@ -262,7 +262,9 @@ def _parted_later(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
             loaded = _loaded_after(ranks, trails, k - 1) if k else None
             if loaded is not None:
                 return loaded
-            edited = edited_after(ranks, changed, k, f"after optimizer step {k}") if k else None
+            edited = edited_after(
+                ranks, changed, k, f"after optimizer step {k} (counted in the doctor's run)"
+            ) if k else None
             if edited is not None:
                 return edited.text, edited.line
             who = f"rank {changed[0]}'s" if len(changed) == 1 else "the ranks'"

@@ -50,7 +50,7 @@ def _followed(frame) -> bool:
 
 
 def watch(params: list[torch.Tensor]) -> None:
-    """After an optimiser step: follow the learner's lines until :func:`stop`."""
+    """After an optimiser step (or the wrap): follow the learner's lines until :func:`stop`."""
     record = process_state["record"]
     if record is None or len(record.edits) >= EDITS_KEPT or not params:
         return

@@ -174,6 +174,7 @@ def ddp_init(original):
         for part in module.modules():  # a load into the model or any part of it
             part.register_load_state_dict_post_hook(note_load)
         note_event("wrap", line)
+        probe_edits.watch(wrapped_parameters())  # (an edit before the first forward)
         save_record()
 
     return init

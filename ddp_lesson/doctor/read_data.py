@@ -95,7 +95,21 @@ def _sampler_for(loader: ast.Call) -> str:
     return "sampler=DistributedSampler(...) over the data set it is given"
 
 
+def _group_in_dataset(tree: ast.Module) -> int | None:
+    """The line where a class that streams (defines ``__iter__``) asks the process group
+    which rank this is (``dist.get_rank()``, ``get_world_size()``, ``is_initialized()``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(
+            isinstance(f, ast.FunctionDef) and f.name == "__iter__" for f in node.body
+        ):
+            asks = calls_in(node, "get_rank", "get_world_size", "is_initialized")
+            if asks:
+                return min(call.lineno for call in asks)
+    return None
+
+
 def read_data_part(reading: Reading, tree: ast.Module, functions) -> None:
+    reading.group_in_dataset = _group_in_dataset(tree)
     loaders = calls_in(tree, "DataLoader")
     if loaders:
         reading.lines["data_division"] = loaders[0].lineno

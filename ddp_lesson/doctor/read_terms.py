@@ -129,6 +129,9 @@ class Reading:
             torchrun's variables (``subprocess.Popen``; then ``self_subprocess``):
             the doctor then runs it under its torchrun, as for ``"torchrun"``.
         self_subprocess: the launch at ``agent_line`` is ``subprocess``, not torchrun's.
+        group_in_dataset: the line where a dataset class with ``__iter__`` asks the
+            process group for the rank (``dist.get_rank()``...), which the DataLoader's
+            workers run.
     """
 
     path: Path
@@ -146,6 +149,7 @@ class Reading:
     reads_torchrun: bool = False
     agent_line: int | None = None
     self_subprocess: bool = False
+    group_in_dataset: int | None = None
     gpu_branch: bool = False
     release_on_error: int | None = None
 

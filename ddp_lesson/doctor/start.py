@@ -78,6 +78,9 @@ def forked_rank(index: int, nprocs: int, first: int, payload: bytes | None) -> N
     """
     settings = probe.settings()
     probe.install(settings, first + index, nprocs=nprocs, launch=first)
+    # a process spawn starts makes its own processes with spawn too (a DataLoader's
+    # workers: they start without the parent's process group)
+    multiprocessing.set_start_method("spawn", force=True)
     # a new interpreter starts with seeds of its own
     torch.seed()
     random.seed()
@@ -297,6 +300,7 @@ def torchrun_rank(path: str, *argv: str) -> None:
     from ..launch import as_python_u
 
     as_python_u()
+    multiprocessing.set_start_method(None, force=True)  # as in the new interpreter torchrun starts
     run_torchrun_rank(os.path.realpath(path), list(argv), leave=False)  # (torch's return value)
 
 

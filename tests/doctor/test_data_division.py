@@ -35,6 +35,11 @@ SAYS = {
          "rank 0's gave at least 5", "same number of steps on every rank"],
         ["DistributedSampler("],
     ),
+    "stream_asks_group": (
+        ["ranks 0 and 1 received the same", "asks the process group for the rank (line 19)",
+         "worker processes", "Give the dataset the rank and world size in the training process"],
+        ["DistributedSampler("],
+    ),
     "stream_split": (["each rank received", "no item twice"], []),
     "stream_unsplit": (
         ["ranks 0 and 1 received the same", "split the stream by rank"],

@@ -36,6 +36,9 @@ SAYS = {
     "shrink_on_rank0_each_epoch": (["rank 0 changed the wrapped model's parameters at line "
                                     "28, called from line 37", "and the other ranks did not",
                                     "Make the change on every rank"], True),
+    "warm_start_on_rank0": (["rank 0 changed the wrapped model's parameters at line 25, "
+                             "after DDP(...) had wrapped it", "the other ranks did not"],
+                            True),
     "lr_per_rank": (["the ranks' optimisers differ (rank 0 lr=0.01, rank 1 lr=0.02)",
                      "same settings on every rank"], False),
     "no_sync_last": (["came right after a backward", "inside model.no_sync()",
