@@ -165,6 +165,8 @@ def meeting_place(init_method: object) -> str:
     """Where a group is told to meet: ``init_method``'s address, or the environment's."""
     if isinstance(init_method, str) and init_method.startswith("tcp://"):
         return init_method.removeprefix("tcp://").split("?")[0]
+    if isinstance(init_method, str) and init_method.startswith("file://"):
+        return "file://" + os.path.abspath(init_method.removeprefix("file://").split("?")[0])
     return f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
 
 

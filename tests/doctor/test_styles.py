@@ -56,6 +56,8 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "init_file_per_process": {"process_group": "told to meet at different addresses (rank 0: "
+                              "file://"},
     "uneven_shards": {
         "data_division": "rank 1's loader ran out after",
         "process_group": "ranks [0, 1] joined one gloo group",
