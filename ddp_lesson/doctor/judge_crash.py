@@ -214,6 +214,7 @@ def stop_reasons(outcome: Outcome) -> list[Shown]:
             stop = r.stop
             finding = Finding(stop["stage"], stop["evidence"], stop["line"])
             if stop["stage"] == "spawning" and not r.script and script and script[0].spawns:
-                finding.line = script[0].spawns[0]["line"]  # where the processes start
+                started = script[0].spawns[0]  # where the processes are made and start
+                finding.line = started.get("made") or started["line"]
             shown.append(Shown(finding, exact=r.script))
     return shown

@@ -152,13 +152,34 @@ def recorded_init(*args, **kwargs):
     if holder != launch:  # another of the script's starts meets there with this rank now
         stop_at_stage("process_group", meeting_twice(where))
     if store.add(f"doctor/rank/{launch}/{rank}", 1) > 1:
+        claimed_twice(rank)
+    join_group(store, used, rank, world_size)
+
+
+def claimed_twice(rank: int) -> None:
+    """Stop: a second process claimed ``rank``; a rank given alike to every process the
+    script started with ``multiprocessing.Process`` is the start's fault."""
+    first, runs = process_state.get("started_with") or (None, None)
+    if runs is None:
         stop_at_stage(
             "process_group",
-            f"two processes both claimed rank {rank} in init_process_group: each "
-            "process must pass its own rank (the one mp.spawn gives main, or torchrun's "
-            "RANK)",
+            f"two processes both claimed rank {rank} in init_process_group: each process "
+            "must pass its own rank (the one mp.spawn gives main, or torchrun's RANK)",
         )
-    join_group(store, used, rank, world_size)
+    if isinstance(first, int) and not isinstance(first, bool) and first == rank:
+        stop_at_stage(
+            "spawning",
+            f"the processes started with multiprocessing.Process were each given {rank} as "
+            f"their first argument, which {runs} passes to init_process_group as the rank, "
+            f"so two processes both claimed rank {rank}; give each process its own rank "
+            "(its number in the loop that starts them)",
+        )
+    stop_at_stage(
+        "process_group",
+        f"two processes both claimed rank {rank} in init_process_group: each process "
+        "must pass its own rank (for example the number of the process in the loop that "
+        "starts it)",
+    )
 
 
 def meeting_place(init_method: object) -> str:

@@ -161,7 +161,8 @@ class ProcessRecord:
         stop: ``{"stage", "evidence", "line", "time"}`` when the doctor stopped it.
         stopped_at: the line it was running when the deadline stopped it.
         spawns: for the script's own process, ``{"nprocs", "nargs", "line",
-            "by", "target"}`` per call that started processes: ``by`` names
+            "by", "target", "made"}`` per call that started processes (``made``: the
+            line of a ``multiprocessing.Process(...)``, ``line`` its start): ``by`` names
             the route (``"mp.spawn"``, ``"start_processes"``,
             ``"elastic_launch"``, ``"multiprocessing.Process"``,
             ``"multiprocessing.Pool"``; one entry per line for the last two,

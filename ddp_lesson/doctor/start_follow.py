@@ -41,8 +41,19 @@ _followed_state: dict = {"pid": None, "started": 0, "inside_torch": 0}
 def follow() -> None:
     """In the script's own process: probe each process it starts with ``multiprocessing``."""
     _followed_state.update(pid=os.getpid(), started=0, inside_torch=0)
+    probe.wrap_for_good(BaseProcess, "__init__", _made)
     probe.wrap_for_good(BaseProcess, "start", _start)
     probe.wrap_for_good(BaseProcess, "join", _join)
+
+
+def _made(original):
+    """``Process(...)``: the learner's line that made it (where its arguments are given)."""
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self._doctor_made = probe.learner_line()
+
+    return init
 
 
 class inside_torch_start:
@@ -60,7 +71,9 @@ def _ours(process: BaseProcess) -> bool:
     return os.getpid() == _followed_state["pid"] and not _followed_state["inside_torch"]
 
 
-def _note_start(by: str, target: object, nargs: int, line: int | None) -> None:
+def _note_start(
+    by: str, target: object, nargs: int, line: int | None, made: int | None = None
+) -> None:
     record = probe.current()
     name = probe.called_name(target)
     for entry in record.spawns:
@@ -69,7 +82,7 @@ def _note_start(by: str, target: object, nargs: int, line: int | None) -> None:
             break
     else:
         record.spawns.append(
-            {"nprocs": 1, "nargs": nargs, "line": line, "by": by, "target": name}
+            {"nprocs": 1, "nargs": nargs, "line": line, "by": by, "target": name, "made": made}
         )
     probe.save()
 
@@ -92,7 +105,8 @@ def _start(original):
             self.run = functools.partial(followed, probe.settings(), index, target)
         else:
             self._target = functools.partial(followed, probe.settings(), index, target)
-        _note_start("multiprocessing.Process", target, len(self._args), line)
+        made = getattr(self, "_doctor_made", None)
+        _note_start("multiprocessing.Process", target, len(self._args), line, made)
         return original(self)
 
     return start
@@ -101,6 +115,7 @@ def _start(original):
 def followed(settings: Settings, index: int, target, *args, **kwargs) -> None:
     """A process the script started with ``multiprocessing``: probed, then its function."""
     probe.install(settings, index)
+    probe.process_state["started_with"] = (args[0] if args else None, probe.called_name(target))
     probe.rewire(getattr(target, "__globals__", {}))
     try:
         target(*args, **kwargs)

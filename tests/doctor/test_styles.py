@@ -56,6 +56,10 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "process_loop_same_rank": {
+        "spawning": "were each given 0 as their first argument, which fit passes to "
+        "init_process_group as the rank"
+    },
     "init_file_per_process": {"process_group": "told to meet at different addresses (rank 0: "
                               "file://"},
     "uneven_shards": {
