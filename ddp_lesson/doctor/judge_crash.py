@@ -75,12 +75,16 @@ def _no_stand_in(reading: Reading, error: dict) -> StageVerdict | None:
 PARTNER_LOST = ("Timed out", "timed out", "Connection closed by peer", "Connection reset by peer")
 
 
-def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVerdict | None:
+def _elsewhere(
+    reading: Reading, crashed, ranks: list[ProcessRecord]
+) -> tuple[StageVerdict, str | None] | None:
     """The rank that was elsewhere when its partners lost it: spinning, or gone from main.
 
     A rank waiting in a DDP step raises when a partner never comes; the
     fault is where that partner was (the line its stack showed when it was
     stopped), or that it had left already, not the step the waiting rank was in.
+    Returns the verdict and the stage it belongs to where the line's owner is
+    none (a rank that left its training loop early: the model's synchronising).
     """
     rank, error = crashed[0]
     if rank.script or not any(words in error["message"] for words in PARTNER_LOST):
@@ -117,17 +121,47 @@ def _elsewhere(reading: Reading, crashed, ranks: list[ProcessRecord]) -> StageVe
             f"{line} (evaluate with model.module on one rank, or run the call on every rank)"
         )
     elif gone:
-        line = None  # (no stage owns where a rank chose to leave)
+        line = _left_at(reading, gone[0])  # (else no stage owns where a rank chose to leave)
         evidence = _gone_early(reading, gone[0], crashed[0][0], error, lost)
+        if line is not None:  # steps DDP cannot average: the model's synchronising
+            return StageVerdict(FAULT, f"run: {evidence}", line), "model_wrapping"
     else:
         return None
-    return StageVerdict(FAULT, f"run: {evidence}", line, [f"run: {evidence}"])
+    return StageVerdict(FAULT, f"run: {evidence}", line, [f"run: {evidence}"]), None
+
+
+def _left_at(reading: Reading, rank: ProcessRecord) -> int | None:
+    """The line where ``rank`` left its training loop (a ``break`` or a ``return`` it ran
+    after its last step), if its path since that step shows one."""
+    for line in rank.path:
+        if _statement(reading, line) in ("break", "return") or _statement(
+            reading, line
+        ).startswith("return "):
+            return line
+    return None
+
+
+def _statement(reading: Reading, line: int) -> str:
+    """The code of ``line``, without its comment."""
+    return reading.source(line).split("#")[0].strip()
 
 
 def _gone_early(reading: Reading, other, waiter, error: dict, lost: str) -> str:
     """What a rank that returned while ``waiter`` still trained shows: its steps, if counted."""
     released = (other.destroyed or {}).get("line")
     left = f", after destroy_process_group at line {released}," if released else ""
+    exit_line = _left_at(reading, other)
+    if other.trail and len(waiter.trail) >= len(other.trail) and exit_line is not None:
+        return (
+            f"rank {other.rank} left its training loop at line {exit_line} "
+            f"(`{_statement(reading, exit_line)}`) after its optimizer step "
+            f"{len(other.trail)} (in the doctor's run, which takes a few batches of each "
+            f"epoch) and returned from its function{left.rstrip(',')}; rank {waiter.rank} "
+            f"went on and gave up waiting for it{quote(reading, error['line'])} (it raised "
+            f"{error['type']}): every rank must make the same number of training steps, so a "
+            "stop decided on one rank must be decided on all (all_reduce the decision, e.g. "
+            "a flag tensor, before leaving the loop)"
+        )
     if other.trail and len(waiter.trail) >= len(other.trail):
         return (
             f"rank {other.rank} had made {len(other.trail)} optimizer step(s) (in the doctor's "
@@ -173,9 +207,10 @@ def crash_finding(
     process = "the script" if crashed[0][0].script else ranks_text(who)
     if error.get("call"):
         return Judged((Shown(Finding("spawning", error["message"], None)),))
-    elsewhere = _elsewhere(reading, crashed, list(ranks))
-    if elsewhere is not None:
-        stage = reading.owners.get(elsewhere.line) if elsewhere.line else None
+    found = _elsewhere(reading, crashed, list(ranks))
+    if found is not None:
+        elsewhere, otherwise = found
+        stage = (reading.owners.get(elsewhere.line) if elsewhere.line else None) or otherwise
         if stage is None:
             return Judged(failure=elsewhere)  # no stage is to blame for where the other was
         said = elsewhere.evidence.removeprefix("run: ")

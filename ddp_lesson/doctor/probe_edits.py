@@ -11,6 +11,9 @@ learner's that it calls, is followed by a look at the sum of the wrapped
 parameters; a line after which it changed is recorded (``record.edits``,
 with the learner's line that called its function).
 
+The lines run since the last step are kept too (``record.path``): a rank that
+stopped stepping before its partners shows there the line it left its loop at.
+
 Only the learner's own functions are followed (not torch's, not a
 ``Dataset.__getitem__`` that a DataLoader calls), and only until the next
 forward, so the cost is a sum of the parameters for each of a few lines per step.
@@ -26,6 +29,9 @@ from .probe_state import caller_line, is_learner, process_state, thread_local
 
 #: Edits a rank records (the first explains a parting; a few more show a pattern).
 EDITS_KEPT = 8
+
+#: Lines of the learner's a rank keeps from after its last step (where it left its loop).
+PATH_KEPT = 40
 
 
 def _total(params: list[torch.Tensor]) -> float:
@@ -50,22 +56,31 @@ def _followed(frame) -> bool:
 
 
 def watch(params: list[torch.Tensor]) -> None:
-    """After an optimiser step (or the wrap): follow the learner's lines until :func:`stop`."""
+    """After an optimiser step (or the wrap): follow the learner's lines until :func:`stop`.
+
+    The lines run are kept as ``record.path`` (the last step's, once the rank has
+    stopped stepping: where it left its loop); the parameters are summed after each
+    while fewer than :data:`EDITS_KEPT` edits are recorded.
+    """
     record = process_state["record"]
-    if record is None or len(record.edits) >= EDITS_KEPT or not params:
+    if record is None or not params:
         return
-    state = {"params": params, "total": _total(params), "last": {}, "steps": len(record.trail)}
+    record.path = []
+    state = {"total": _total(params), "last": {}, "steps": len(record.trail)}
     thread_local.edits = state
 
     def line(frame, event, arg):
         if thread_local.__dict__.get("edits") is not state:
             return None  # stopped: this frame is no longer followed
         if event in ("line", "return"):
+            if event == "line" and len(record.path) < PATH_KEPT:
+                record.path.append(frame.f_lineno)
             done = state["last"].get(id(frame)) if event == "line" else frame.f_lineno
-            total = _total(params)
-            if done is not None and total != state["total"]:
-                state["total"] = total
-                _note(record, done, caller_line(frame), state["steps"])
+            if done is not None and len(record.edits) < EDITS_KEPT:
+                total = _total(params)
+                if total != state["total"]:
+                    state["total"] = total
+                    _note(record, done, caller_line(frame), state["steps"])
             state["last"][id(frame)] = frame.f_lineno
         return line
 
@@ -85,10 +100,7 @@ def _note(record, line: int, caller: int | None, steps: int) -> None:
     edit = {"line": line, "caller": caller, "after_step": steps}
     if record.edits and record.edits[-1] == edit:
         return  # the same line again (a loop over the parameters)
-    if len(record.edits) < EDITS_KEPT:
-        record.edits.append(edit)
-    if len(record.edits) >= EDITS_KEPT:
-        stop()
+    record.edits.append(edit)
 
 
 def stop() -> None:

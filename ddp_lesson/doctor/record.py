@@ -141,6 +141,8 @@ class ProcessRecord:
         edits: ``{"line", "caller", "after_step"}`` per learner's line that changed the
             wrapped parameters between an optimiser step and the next DDP forward
             (``after_step``: the steps made before it), the first few only.
+        path: the learner's lines this rank ran since its last optimiser step (or
+            the wrap), up to a few dozen: where a rank that stopped early left.
         collectives: ``{"op", "line"}`` per collective called from the learner's file;
             the first all-reduces add ``"reduce"`` (``"SUM"``...) and the absolute
             sums of their tensor ``"before"`` and ``"after"``; ``"tracked"`` marks
@@ -203,6 +205,7 @@ class ProcessRecord:
     trail: list[dict] = field(default_factory=list)
     schedules: list[int] = field(default_factory=list)
     edits: list[dict] = field(default_factory=list)
+    path: list[int] = field(default_factory=list)
     collectives: list[dict] = field(default_factory=list)
     call_lines: list[int] = field(default_factory=list)
     waiting: dict | None = None

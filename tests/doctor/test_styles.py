@@ -56,6 +56,10 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "early_stop_own_loss": {
+        "model_wrapping": "rank 0 left its training loop at line 35 (`break`) after its "
+        "optimizer step 12",
+    },
     "process_loop_same_rank": {
         "spawning": "were each given 0 as their first argument, which fit passes to "
         "init_process_group as the rank"
@@ -528,15 +532,15 @@ def test_a_rank_that_left_early_is_named_not_the_step_its_partner_waited_in(tmp_
                                    "            return\n"))
     result = doctor.diagnose(path, 2)
     shown = str(result)
-    assert result.exit_code == 1 and result.failure is not None, shown
-    assert result.stages["model_wrapping"].status == doctor.OK, shown
-    said = result.failure.evidence
+    line = path.read_text().splitlines().index("            return") + 1
+    model = result.stages["model_wrapping"]
+    assert result.exit_code == 1 and model.status == doctor.FAULT and model.line == line, shown
     assert (
-        "rank 1 had made 1 optimizer step(s) (in the doctor's run, which takes a few batches "
-        "of each epoch) and returned from its function; rank 0 went on past its step 1 and "
-        "gave up waiting for it" in said
-    ), said
-    assert "an early stop or a break decided on one rank" in said, said
+        f"rank 1 left its training loop at line {line} (`return`) after its optimizer step 1 "
+        "(in the doctor's run, which takes a few batches of each epoch) and returned from its "
+        "function; rank 0 went on and gave up waiting for it" in model.evidence
+    ), shown
+    assert "a stop decided on one rank must be decided on all" in model.evidence, shown
 
 
 def test_a_script_that_starts_python_on_itself_is_run_under_torchrun_not_left_waiting():
