@@ -124,6 +124,19 @@ def _stepped_unsynced(ranks, lines, k: int) -> Cause | None:
     if any(e["event"] == "forward" and e.get("synced", True) for e in ahead):
         return None  # a backward outside no_sync() comes before the step, as it should
     backward, step = lines[0][k][1]["line"], ahead[-1]["line"]
+    window = [e for _, e in lines[0][:k - 1]]
+    since = window[next((i for i in range(len(window) - 1, -1, -1)
+                         if window[i]["event"] in ("step", "wrap")), -1) + 1 :]  # fmt: skip
+    if any(e["event"] == "forward" and e.get("synced", True) for e in since):
+        return Cause(
+            "the micro-batch that ran outside model.no_sync() came first in the "
+            f"accumulation, not last: those after it (forward at line {forward[0]['line']}) "
+            f"ran inside no_sync() up to optimizer.step() (line {step}), so their gradients "
+            "were never averaged, and each rank stepped with gradients partly its own. "
+            "Inside no_sync() go all micro-batches but the last; the last, the one right "
+            "before the step, must run outside it",
+            forward[0]["line"],
+        )
     if any(e["event"] == "forward" for e in ahead):
         return Cause(
             f"no backward before optimizer.step() (line {step}) ran outside model.no_sync() "
