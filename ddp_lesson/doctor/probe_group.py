@@ -33,6 +33,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from .probe_claims import check_claim, claimed_place, claimed_twice, meeting_place, meeting_twice
 from .probe_state import (
     blocking,
     caller_line,
@@ -46,7 +47,6 @@ from .probe_state import (
     process_state,
     save_record,
     stop_at_stage,
-    wants_torchrun,
 )
 from .record import WAITED_IN_STEP
 
@@ -154,88 +154,6 @@ def recorded_init(*args, **kwargs):
     if store.add(f"doctor/rank/{launch}/{rank}", 1) > 1:
         claimed_twice(rank)
     join_group(store, used, rank, world_size)
-
-
-def claimed_twice(rank: int) -> None:
-    """Stop: a second process claimed ``rank``; a rank given alike to every process the
-    script started with ``multiprocessing.Process`` is the start's fault."""
-    first, runs = process_state.get("started_with") or (None, None)
-    if runs is None:
-        stop_at_stage(
-            "process_group",
-            f"two processes both claimed rank {rank} in init_process_group: each process "
-            "must pass its own rank (the one mp.spawn gives main, or torchrun's RANK)",
-        )
-    if isinstance(first, int) and not isinstance(first, bool) and first == rank:
-        stop_at_stage(
-            "spawning",
-            f"the processes started with multiprocessing.Process were each given {rank} as "
-            f"their first argument, which {runs} passes to init_process_group as the rank, "
-            f"so two processes both claimed rank {rank}; give each process its own rank "
-            "(its number in the loop that starts them)",
-        )
-    stop_at_stage(
-        "process_group",
-        f"two processes both claimed rank {rank} in init_process_group: each process "
-        "must pass its own rank (for example the number of the process in the loop that "
-        "starts it)",
-    )
-
-
-def meeting_place(init_method: object) -> str:
-    """Where a group is told to meet: ``init_method``'s address, or the environment's."""
-    if isinstance(init_method, str) and init_method.startswith("tcp://"):
-        return init_method.removeprefix("tcp://").split("?")[0]
-    if isinstance(init_method, str) and init_method.startswith("file://"):
-        return "file://" + os.path.abspath(init_method.removeprefix("file://").split("?")[0])
-    return f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-
-
-def meeting_twice(where: str) -> str:
-    """Two of the script's starts of processes whose groups meet at once, at one address."""
-    return (
-        f"two groups the script started at once both meet at {where}: run for real, the "
-        "second group's rank 0 cannot listen on the port the first one "
-        "holds (EADDRINUSE), or its ranks join the wrong group; give each group a port of "
-        "its own, or run the groups one after another"
-    )
-
-
-def claimed_place(record, rank: object, world_size: object) -> tuple:
-    """The rank and world size claimed: as given, else torchrun's ``RANK`` and ``WORLD_SIZE``."""
-    if record.script and not record.spawns and os.getpid() == process_state["pid"]:
-        # run as Python, the script joins a group itself before starting any process
-        missing = [
-            name
-            for name, value in (("RANK", rank), ("WORLD_SIZE", world_size))
-            if value in (-1, None) and name not in os.environ
-        ]
-        if missing:
-            wants_torchrun(missing[0], learner_line())
-    rank = int(os.environ.get("RANK", -1)) if rank in (-1, None) else rank
-    world_size = int(os.environ.get("WORLD_SIZE", -1)) if world_size in (-1, None) else world_size
-    return rank, world_size
-
-
-def check_claim(rank, world_size) -> None:
-    """Stop for a rank outside the world, or a world larger than the processes started."""
-    nprocs = process_state.get("nprocs", 0)
-    if world_size is None or world_size < 1 or rank is None or not 0 <= rank < world_size:
-        stop_at_stage(
-            "process_group",
-            f"init_process_group got rank={rank}, world_size={world_size}: the rank must "
-            "be in 0..world_size-1 (pass rank=rank, world_size=world_size)",
-        )
-    if nprocs and world_size > nprocs:
-        line = (process_state["record"].init or {}).get("line")
-        told = f"init_process_group (line {line})" if line else "init_process_group"
-        stop_at_stage(
-            "spawning",
-            f"only {nprocs} process(es) were started for a world of {world_size}, the "
-            f"world_size {told} was given: the group would wait forever for the missing "
-            "ranks; the processes started and the world_size given must be one number "
-            "(e.g. nprocs=world_size, from the same variable)",
-        )
 
 
 def join_group(store: dist.TCPStore, backend: str, rank: int, world_size: int) -> None:

@@ -56,6 +56,9 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "world_size_env_default": {
+        "process_group": "this process has no WORLD_SIZE in its environment, so line 16",
+    },
     "early_stop_own_loss": {
         "model_wrapping": "rank 0 left its training loop at line 35 (`break`) after its "
         "optimizer step 12",

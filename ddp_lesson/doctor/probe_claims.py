@@ -1,0 +1,122 @@
+"""What a process claims as it joins the group: its rank, its world size, where it meets.
+
+:func:`.probe_group.recorded_init` asks here before it joins the doctor's store:
+:func:`claimed_place` (the rank and world size, given or torchrun's),
+:func:`check_claim` (a rank outside the world, a world larger than the processes
+started), :func:`claimed_twice` (a rank two processes claimed: the start's fault
+when every process was given that rank), :func:`defaulted` (a torchrun variable
+this process lacks, read with a default in the learner's file) and
+:func:`meeting_place` (the address or file a group is told to meet at).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+
+from .probe_state import learner_line, process_state, stop_at_stage, wants_torchrun
+
+
+def claimed_place(record, rank: object, world_size: object) -> tuple:
+    """The rank and world size claimed: as given, else torchrun's ``RANK`` and ``WORLD_SIZE``."""
+    if record.script and not record.spawns and os.getpid() == process_state["pid"]:
+        # run as Python, the script joins a group itself before starting any process
+        missing = [
+            name
+            for name, value in (("RANK", rank), ("WORLD_SIZE", world_size))
+            if value in (-1, None) and name not in os.environ
+        ]
+        if missing:
+            wants_torchrun(missing[0], learner_line())
+    rank = int(os.environ.get("RANK", -1)) if rank in (-1, None) else rank
+    world_size = int(os.environ.get("WORLD_SIZE", -1)) if world_size in (-1, None) else world_size
+    return rank, world_size
+
+
+def check_claim(rank, world_size) -> None:
+    """Stop for a rank outside the world, or a world larger than the processes started."""
+    nprocs = process_state.get("nprocs", 0)
+    if world_size is None or world_size < 1 or rank is None or not 0 <= rank < world_size:
+        why, line = defaulted("WORLD_SIZE")
+        stop_at_stage(
+            "process_group",
+            f"init_process_group got rank={rank}, world_size={world_size}: the rank must "
+            f"be in 0..world_size-1 ({why or 'pass rank=rank, world_size=world_size'})",
+            line,
+        )
+    if nprocs and world_size > nprocs:
+        line = (process_state["record"].init or {}).get("line")
+        told = f"init_process_group (line {line})" if line else "init_process_group"
+        stop_at_stage(
+            "spawning",
+            f"only {nprocs} process(es) were started for a world of {world_size}, the "
+            f"world_size {told} was given: the group would wait forever for the missing "
+            "ranks; the processes started and the world_size given must be one number "
+            "(e.g. nprocs=world_size, from the same variable)",
+        )
+
+
+def claimed_twice(rank: int) -> None:
+    """Stop: a second process claimed ``rank``; a rank given alike to every process the
+    script started with ``multiprocessing.Process`` is the start's fault."""
+    first, runs = process_state.get("started_with") or (None, None)
+    if runs is None:
+        why, line = defaulted("RANK")
+        why = why or "the one mp.spawn gives main, or torchrun's RANK"
+        stop_at_stage(
+            "process_group",
+            f"two processes both claimed rank {rank} in init_process_group: each process "
+            f"must pass its own rank ({why})",
+            line,
+        )
+    if isinstance(first, int) and not isinstance(first, bool) and first == rank:
+        stop_at_stage(
+            "spawning",
+            f"the processes started with multiprocessing.Process were each given {rank} as "
+            f"their first argument, which {runs} passes to init_process_group as the rank, "
+            f"so two processes both claimed rank {rank}; give each process its own rank "
+            "(its number in the loop that starts them)",
+        )
+    stop_at_stage(
+        "process_group",
+        f"two processes both claimed rank {rank} in init_process_group: each process "
+        "must pass its own rank (for example the number of the process in the loop that "
+        "starts it)",
+    )
+
+
+def defaulted(name: str) -> tuple[str, int | None]:
+    """Where the learner's file reads torchrun's ``name`` with a default, when this process
+    has no ``name`` in its environment: the default stood in for it (text and line, or
+    "" and None)."""
+    if name in os.environ:
+        return "", None
+    path = process_state["settings"].file
+    for number, text in enumerate(linecache.getlines(path), 1):
+        code = text.split("#")[0]
+        if any(q + name + q in code for q in "\"'") and ("get(" in code or "getenv(" in code):
+            return (
+                f"this process has no {name} in its environment, so line {number} "
+                f"(`{code.strip()}`) gave its default; set {name} for every process the "
+                "script starts, or pass the value in"
+            ), number
+    return "", None
+
+
+def meeting_place(init_method: object) -> str:
+    """Where a group is told to meet: ``init_method``'s address, or the environment's."""
+    if isinstance(init_method, str) and init_method.startswith("tcp://"):
+        return init_method.removeprefix("tcp://").split("?")[0]
+    if isinstance(init_method, str) and init_method.startswith("file://"):
+        return "file://" + os.path.abspath(init_method.removeprefix("file://").split("?")[0])
+    return f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+
+
+def meeting_twice(where: str) -> str:
+    """Two of the script's starts of processes whose groups meet at once, at one address."""
+    return (
+        f"two groups the script started at once both meet at {where}: run for real, the "
+        "second group's rank 0 cannot listen on the port the first one "
+        "holds (EADDRINUSE), or its ranks join the wrong group; give each group a port of "
+        "its own, or run the groups one after another"
+    )
