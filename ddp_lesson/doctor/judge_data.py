@@ -215,16 +215,43 @@ def _seeds_apart(first: list[dict]) -> bool:
     return shuffled and None not in seeds and len(set(seeds)) > 1
 
 
+def _told_alike(first: list[dict]) -> str:
+    """DistributedSamplers told one rank (or a world of one) on every rank: the text, or ""."""
+    told = [e.get("sampler_rank") for e in first]
+    line = first[0].get("sampler_line")
+    at = f" (line {line})" if line else ""
+    if first[0]["sampler"] != "DistributedSampler" or None in told:
+        return ""
+    if {e.get("replicas") for e in first} == {1}:
+        return (
+            f"the DistributedSampler{at} was made with num_replicas=1 on every rank, so "
+            "each takes the whole data set as its part; give it the world size (or leave "
+            "num_replicas out: the sampler asks the group)"
+        )
+    if len(set(told)) < len(told):
+        given = ", ".join(f"rank {e['rank']}: rank={t}" for e, t in zip(first, told, strict=True))
+        return (
+            f"the ranks' DistributedSamplers{at} were told the same rank ({given}), so they "
+            "take the same part of the data; give each its own rank (rank=rank, or leave "
+            "rank out: the sampler asks the group)"
+        )
+    return ""
+
+
 def _overlap_text(first: list[dict], shared: set[int]) -> str:
     """What the ranks' overlapping training shards were: the whole data set each, or a part."""
     size, sampler = first[0]["size"], first[0]["sampler"]
     if all(set(e["indices"]) >= set(range(size or 0)) for e in first):
+        told = _told_alike(first)
         return (
             f"every rank iterated all {size} items of the training data "
             f"(overlap between ranks {100 * len(shared) // max(size or 1, 1)}%, "
-            f"sampler: {sampler})"
+            f"sampler: {sampler})" + (f": {told}" if told else "")
         )
     said = f"{len(shared)} training items went to more than one rank (sampler: {sampler})"
+    told = _told_alike(first)
+    if told:
+        return f"{said}: {told}"
     if _seeds_apart(first):
         given = ", ".join(f"rank {e.get('rank', at)}: {e['seed']}" for at, e in enumerate(first))
         said += (
@@ -277,7 +304,7 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
         unseen = _unseen(first, len(ranks))
         # a padding's few repeats beside many items unseen: the unseen items are the fault
         if trained and shared and not padded and not (unseen and len(shared) < len(first)):
-            seeded = _seeds_apart(first)  # then the sampler's line owns the fix
+            seeded = _seeds_apart(first) or _told_alike(first)  # the sampler's line owns it
             at = first[0].get("sampler_line") if seeded else None
             note_shown(shown, "data_division", _overlap_text(first, shared), at or line)
             continue

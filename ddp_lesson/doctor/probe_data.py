@@ -216,6 +216,7 @@ def begin_epoch(iterator) -> None:
         "sampler_line": getattr(sampler, "_doctor_line", None),
         "sampler_id": id(sampler),
         "replicas": getattr(sampler, "num_replicas", None),
+        "sampler_rank": getattr(sampler, "rank", None),
         "seed": _seed_of(sampler),
         "shuffle": bool(shuffle),
         "epoch": getattr(sampler, "epoch", None),

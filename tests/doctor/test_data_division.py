@@ -35,6 +35,11 @@ SAYS = {
          "rank 0's gave at least 5", "same number of steps on every rank"],
         ["DistributedSampler("],
     ),
+    "sampler_rank_defaulted": (
+        ["went to more than one rank", "DistributedSamplers (line 15) were told the same rank "
+         "(rank 0: rank=0, rank 1: rank=0)", "give each its own rank"],
+        [],
+    ),
     "stream_asks_group": (
         ["ranks 0 and 1 received the same", "asks the process group for the rank (line 19)",
          "worker processes", "Give the dataset the rank and world size in the training process"],
