@@ -54,20 +54,45 @@ def _same_items_elsewhere(mine: dict, theirs: dict) -> tuple[int, int] | None:
 
 
 def _seeded_apart(mine, theirs, loader: int) -> tuple[str, int | None]:
-    """The first seed the two ranks gave differently before building ``loader``, and its
-    line; ("", None) if none."""
+    """The seeds the two ranks gave differently before building ``loader``, and the first
+    one's line; ("", None) if none."""
     def before(r):
         return [s for s in r.seeds if s["loaders"] < loader]
 
-    for a, b in zip(before(mine), before(theirs), strict=False):
-        if (a["call"], a["value"]) != (b["call"], b["value"]):
-            return (
-                f"; before building it rank {mine.rank} seeded {a['call']} with {a['value']} "
-                f"(line {a['line']}) and rank {theirs.rank} {b['call']} with {b['value']} "
-                f"(line {b['line']})",
-                a["line"],
-            )
-    return "", None
+    apart = [
+        (a, b) for a, b in zip(before(mine), before(theirs), strict=False)
+        if (a["call"], a["value"]) != (b["call"], b["value"])
+    ]  # fmt: skip
+    if not apart:
+        return "", None
+    first = apart[0][0]
+    calls = _listed([a["call"] for a, _ in apart[:3]])
+    lines = sorted({a["line"] for a, _ in apart[:3]})
+    where = f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
+    if first.get("caller") is not None and all(
+        a.get("caller") == first["caller"] for a, _ in apart[:3]
+    ):
+        where += f", called from line {first['caller']}"
+    values = {(a["value"], b["value"]) for a, b in apart[:3]}
+    if len(values) == 1:
+        mine_value, their_value = values.pop()
+        said = (
+            f"; before building it rank {mine.rank} seeded {calls} with {mine_value} "
+            f"({where}) and rank {theirs.rank} with {their_value}"
+        )
+    else:
+        a, b = apart[0]
+        said = (
+            f"; before building it rank {mine.rank} seeded {a['call']} with {a['value']} "
+            f"(line {a['line']}) and rank {theirs.rank} {b['call']} with {b['value']} "
+            f"(line {b['line']})"
+        )
+    return said, first["line"]
+
+
+def _listed(names: list[str]) -> str:
+    """Names in a sentence: "a", "a and b", "a, b and c"."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
 
 
 def compare_data_sets(ranks, shown) -> list[str]:

@@ -31,7 +31,14 @@ from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Subset
 from torch.utils.data import dataloader as _dataloader
 from torch.utils.data.distributed import DistributedSampler
 
-from .probe_state import is_learner, learner_line, process_state, save_record, wrap_for_good
+from .probe_state import (
+    caller_line,
+    is_learner,
+    learner_line,
+    process_state,
+    save_record,
+    wrap_for_good,
+)
 
 
 def install_data_recording() -> None:
@@ -304,6 +311,7 @@ def recorded_seed(call: str, method: bool = False):
                 record.seeds.append({
                     "call": call, "value": repr(value)[:40], "line": line,
                     "loaders": process_state.get("loaders", 0),
+                    "caller": caller_line(sys._getframe(1)),
                 })  # fmt: skip
                 save_record()
             return original(*args, **kwargs)

@@ -35,6 +35,12 @@ SAYS = {
          "rank 0's gave at least 5", "same number of steps on every rank"],
         ["DistributedSampler("],
     ),
+    "seed_helper_per_rank": (
+        ["the ranks built different data sets", "rank 0 seeded random.seed, numpy.random.seed "
+         "and torch.manual_seed with 7 (lines 19, 20, 21, called from line 28) and rank 1 with "
+         "8"],
+        [],
+    ),
     "sampler_rank_defaulted": (
         ["went to more than one rank", "DistributedSamplers (line 15) were told the same rank "
          "(rank 0: rank=0, rank 1: rank=0)", "give each its own rank"],
@@ -52,7 +58,7 @@ SAYS = {
     ),
     "seeded_per_rank": (
         ["the ranks built different data sets", "rank 0's and rank 1's differ at item 0",
-         "rank 0 seeded torch.manual_seed with 0", "rank 1 torch.manual_seed with 1",
+         "rank 0 seeded torch.manual_seed with 0", "and rank 1 with 1",
          "seed the data's generation the same on every rank"],
         [],
     ),
@@ -80,7 +86,7 @@ SAYS = {
     "split_together": (["each rank's sampler gave it its own 24 of 48 training items"], ["differ"]),
     "generator_per_rank": (
         ["the ranks built different data sets", "rank 0 seeded torch.Generator.manual_seed "
-         "with 100 (line 17) and rank 1 torch.Generator.manual_seed with 101"],
+         "with 100 (line 17, called from line 29) and rank 1 with 101"],
         ["no line seeded"],
     ),
     "generator_fixed": (["each rank's sampler gave it its own 32 of 64 training items"],
