@@ -33,19 +33,26 @@ def device_of(r: ProcessRecord) -> str | None:
 
 def unused_parameters(ranks: list[ProcessRecord]) -> list[str]:
     """Parameters of a DDP model (without find_unused_parameters) that got no gradient."""
+    return _unused_entry(ranks).get("unused") or []
+
+
+def _unused_entry(ranks: list[ProcessRecord]) -> dict:
     for r in ranks:
         for entry in r.ddp:
             if entry.get("unused") and not (entry["find_unused"] or entry["static_graph"]):
-                return entry["unused"]
-    return []
+                return entry
+    return {}
 
 
-def _unused_finding(unused: list[str], said: str = "") -> Finding:
+def _unused_finding(ranks: list[ProcessRecord], said: str = "") -> Finding:
+    entry = _unused_entry(ranks)
+    unused, at = entry["unused"], entry.get("unused_at") or 1
     names = ", ".join(f"`{n}`" for n in unused[:6]) + (" ..." if len(unused) > 6 else "")
+    which = "the first backward pass" if at <= 1 else f"backward pass {at} (earlier ones used them)"
+    loss = "the loss does not depend" if at <= 1 else "its loss did not depend"
     text = (
-        f"parameter(s) {names} got no gradient in the first backward pass: the loss does "
-        "not depend on them. DDP waits for every parameter's gradient before it can "
-        "finish averaging"
+        f"parameter(s) {names} got no gradient in {which}: {loss} on them. DDP waits "
+        "for every parameter's gradient before it can finish averaging"
         + (f", so the next forward pass raised {said.rstrip('.')}" if said else "")
         + ". Use them in forward, remove them (or set requires_grad=False), or pass "
         "find_unused_parameters=True to DDP(...)"
@@ -129,7 +136,7 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
         return Judged.of(shown)
     unused = unused_parameters(ranks)
     if unused:
-        finding = _unused_finding(unused, error_text(crashed[0][1]) if crashed else "")
+        finding = _unused_finding(ranks, error_text(crashed[0][1]) if crashed else "")
         finding.line = next(e["line"] for r in ranks for e in r.ddp if e.get("unused"))
         shown.append(Shown(finding))
     elsewhere = _optimizer_elsewhere(ranks) if wrapped else None

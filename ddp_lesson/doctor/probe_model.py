@@ -96,13 +96,17 @@ def note_unused() -> None:
     is judged after a backward that reaches it.
     """
     changed = False
+    record = process_state["record"]
     for entry, module in process_state.get("ddp", []):
-        if entry["unused"] is None:
+        if not entry["unused"]:  # (a later backward may leave out what the first used)
             trains = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
             if trains and all(p.grad is None for _, p in trains):
                 continue
-            entry["unused"] = [name for name, p in trains if p.grad is None]
-            changed = True
+            unused = [name for name, p in trains if p.grad is None]
+            if entry["unused"] is None or unused:
+                entry["unused"] = unused
+                entry["unused_at"] = len(record.trained) if record is not None else 0
+                changed = True
     if changed:
         save_record()
 

@@ -56,6 +56,9 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "aux_loss_some_steps": {
+        "model_wrapping": "`aux.weight`, `aux.bias` got no gradient in backward pass 2",
+    },
     "world_size_env_default": {
         "process_group": "this process has no WORLD_SIZE in its environment, so line 16",
     },
