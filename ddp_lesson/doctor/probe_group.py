@@ -215,11 +215,17 @@ def recorded_destroy(*args, **kwargs):
     first = record.destroyed is None
     process_state.pop("init_frames", None)  # a later init_process_group is no repeat
     if first:
-        record.destroyed = {"line": learner_line()}
+        record.destroyed = {"line": learner_line(), "caller": caller_line(sys._getframe(1))}
         mark_done()
         save_record()
     with owned("teardown"):
         return originals["destroy_process_group"](*args, **kwargs)
+
+
+def _called(entry: dict) -> str:
+    """", called from line N" where a helper of the learner's made the call, else ""."""
+    caller = entry.get("caller")
+    return f" (called from line {caller})" if caller is not None else ""
 
 
 def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
@@ -381,7 +387,8 @@ def recorded_collective(name: str) -> Callable:
                 stop_at_stage(
                     "teardown",
                     f"{name}() at line {line} runs after destroy_process_group() at line "
-                    f"{record.destroyed['line']} released the group, so it has no group "
+                    f"{record.destroyed['line']}{_called(record.destroyed)} released the "
+                    "group, so it has no group "
                     "to run in; destroy the group after the last collective",
                     record.destroyed["line"],  # where the fix goes
                 )
