@@ -266,10 +266,10 @@ def _padded_text(line, counts: list[int], size, shared: set[int]) -> str:
     """An evaluation loader whose DistributedSampler repeats items to pad the ranks' shares."""
     extra = sum(counts) - (size or 0)
     return (
-        f"the evaluation DataLoader (line {line}) hands out {sum(counts)} items for {size}: "
-        f"its DistributedSampler pads the ranks' shares with {extra} repeated item(s) "
-        f"{sorted(shared)}, which a metric summed over the ranks counts twice (a small "
-        "error; to count each item once, evaluate the remainder on one rank)"
+        f"the evaluation DataLoader (line {line}) hands out {sum(counts)} items "
+        f"for {size}: DistributedSampler pads with {extra} repeated index(es) "
+        f"{sorted(shared)}, so a metric summed over ranks counts them twice; "
+        "evaluate without padding (e.g. the whole set on one rank)"
     )
 
 
@@ -308,8 +308,8 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             at = first[0].get("sampler_line") if seeded else None
             note_shown(shown, "data_division", _overlap_text(first, shared), at or line)
             continue
-        if not trained and padded:  # (a remark: training is what the stage judges)
-            notes.append(_padded_text(line, counts, size, shared))
+        if not trained and padded:
+            note_shown(shown, "data_division", _padded_text(line, counts, size, shared), line)
             continue
         if trained and unseen:
             said = _unseen_text(first, unseen, len(ranks), bool(shared))

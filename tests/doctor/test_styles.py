@@ -56,7 +56,6 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
-    "eval_odd_count": {"data_division": "hands out 34 items for 33: its DistributedSampler pads"},
     "aux_loss_some_steps": {
         "model_wrapping": "`aux.weight`, `aux.bias` got no gradient in backward pass 2",
     },
