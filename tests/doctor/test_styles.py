@@ -56,6 +56,8 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "join_epochs_uneven": {"model_wrapping": "DDP wrapped the model on 2 ranks (cpu); "
+                           "parameters identical on every rank after 3 step(s)"},
     "aux_loss_some_steps": {
         "model_wrapping": "`aux.weight`, `aux.bias` got no gradient in backward pass 2",
     },
