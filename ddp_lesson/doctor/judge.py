@@ -26,12 +26,13 @@ import dataclasses
 
 from ..stages import KEYS
 from .judge_crash import crash_finding, crashes, stop_reasons
-from .judge_data import NOT_DIVIDED, UNEVEN, data_verdict
+from .judge_data import data_verdict
 from .judge_ending import passed_unseen, printed, unfinished, why_not_run
 from .judge_evidence import Shown
 from .judge_model import model_verdict, unused_parameters
 from .judge_notes import add_notes
 from .judge_processes import judge_group, judge_spawning, judge_teardown
+from .judge_streams import NOT_DIVIDED, UNEVEN
 from .read import TORCHRUN, Reading
 from .record import WAITED_IN_STEP, Outcome, ProcessRecord
 from .verdict import FAULT, NOT_CHECKED, OK, Diagnosis, StageVerdict, title

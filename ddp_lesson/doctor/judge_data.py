@@ -4,9 +4,8 @@ From what each rank's ``DataLoader`` handed out, epoch by epoch: training
 shards that overlap, padding that an evaluation counts twice, items no
 rank saw, and epochs that repeat one order (``set_epoch`` never called,
 called with one value, or called too late), else what each rank iterated.
-For an ``IterableDataset``, the items its loader yielded: the same items
-on several ranks, or several times on one rank (loader workers that each
-stream the same records). Whether the ranks built the same data set for a
+For an ``IterableDataset``, :mod:`.judge_streams` judges the items its
+loader yielded. Whether the ranks built the same data set for a
 ``DistributedSampler`` to divide is :mod:`.judge_data_sets`' question.
 """
 
@@ -16,12 +15,7 @@ from collections import Counter
 
 from .judge_data_sets import by_loader, compare_data_sets, difference
 from .judge_evidence import Judged, Shown, note_shown
-
-#: Words of every finding that the ranks' loaders give different numbers of batches.
-UNEVEN = "DDP needs the same number of steps on every rank"
-
-#: How a stream that every rank received whole is named.
-NOT_DIVIDED = "the stream is not divided among the ranks"
+from .judge_streams import stream_notes
 
 
 def _overlap(orders: list[list[int]]) -> set[int]:
@@ -121,7 +115,7 @@ def data_verdict(ranks) -> Judged:
     """What the run showed about dividing the data: its faults, else what each rank got."""
     shown: list[Shown] = []  # (the helpers below add what they find)
     disproved: list[str] = []
-    notes = _index_notes(ranks, shown, disproved) + _stream_notes(ranks, shown)
+    notes = _index_notes(ranks, shown, disproved) + stream_notes(ranks, shown)
     remarks = compare_data_sets(ranks, shown)
     said = dict.fromkeys(notes + remarks)  # (a loader built anew each epoch says it each time)
     fine = {"data_division": "; ".join(said)} if notes else {}
@@ -215,6 +209,23 @@ def _seeds_apart(first: list[dict]) -> bool:
     return shuffled and None not in seeds and len(set(seeds)) > 1
 
 
+def _with_replacement(first: list[dict]) -> bool:
+    """Whether each rank's epoch repeats items of its own (a sampler that draws with
+    replacement); DistributedSampler never does."""
+    return first[0]["sampler"] != "DistributedSampler" and all(
+        len(set(e["indices"])) < len(e["indices"]) for e in first
+    )
+
+
+def _same_draws_text(first: list[dict]) -> str:
+    return (
+        f"every rank drew the same {len(first[0]['indices'])} items in the same order "
+        f"(sampler: {first[0]['sampler']}, with replacement), so each trains on the same "
+        "batches; give each rank its own draws (its own part of one draw, or a seed that "
+        "differs by rank for the draw only)"
+    )
+
+
 def _told_alike(first: list[dict]) -> str:
     """DistributedSamplers told one rank (or a world of one) on every rank: the text, or ""."""
     told = [e.get("sampler_rank") for e in first]
@@ -300,6 +311,17 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             continue
         shared = _overlap([e["indices"] for e in first])
         counts = [len(e["indices"]) for e in first]
+        if trained and shared and _with_replacement(first):
+            # items recur within each rank's share too: a draw, not a division of the items
+            if all(e["indices"] == first[0]["indices"] for e in first[1:]):
+                note_shown(shown, "data_division", _same_draws_text(first), line)
+            else:
+                notes.append(
+                    f"each rank drew its own {'/'.join(map(str, sorted(set(counts))))} items "
+                    f"with replacement (sampler: {sampler}), so items recur within a rank's "
+                    "share as across the ranks'; the ranks' draws differ"
+                )
+            continue
         padded = _padded(first, shared, size, len(per_rank))
         unseen = _unseen(first, len(ranks))
         # a padding's few repeats beside many items unseen: the unseen items are the fault
@@ -394,100 +416,3 @@ def _shares_text(
             + (" (shuffle=False)" if known else "")
         )
     return text
-
-
-def _stream_ended_early(first: dict[int, dict]) -> str | None:
-    """A rank whose stream ended after fewer batches than another rank's gave: the text."""
-    ended = {rank: e["yielded"] for rank, e in first.items() if e.get("ended") and "yielded" in e}
-    if not ended:
-        return None
-    shortest = min(ended, key=ended.get)
-    counts = {r: e.get("yielded", 0) for r, e in first.items()}
-    longer = {r: n for r, n in counts.items() if n > ended[shortest]}
-    if not longer:
-        return None
-    rank, count = max(longer.items(), key=lambda item: item[1])
-    more = f"{count}" if first[rank].get("ended") else f"at least {count}"
-    return (
-        f"rank {shortest}'s loader ran out after {ended[shortest]} batches in the first epoch, "
-        f"while rank {rank}'s gave {more}: {UNEVEN}, so the rank with more batches waits "
-        "in its extra backward pass for ranks that have finished. Give every rank as many "
-        "batches (split the stream into equal shares, dropping the remainder), or train "
-        "inside model.join()"
-    )
-
-
-def _split_fix(workers: int) -> str:
-    by_worker = (
-        " and of this loader worker (get_worker_info() gives its id and num_workers)"
-        if workers > 1
-        else ", and with num_workers > 0 only those of this loader worker too "
-        "(get_worker_info())"
-    )
-    return (
-        "; split the stream by rank and by loader worker: in __iter__, yield only the "
-        f"items of this rank (e.g. every world_size-th item, starting at the rank){by_worker}, "
-        "so that each item goes to one worker of one rank"
-    )
-
-
-def _repeated_text(rank: int, entry: dict, counts: Counter) -> str:
-    times, workers = max(counts.values()), entry["workers"]
-    each = "each of its items" if set(counts.values()) == {times} else "some items up to"
-    repeats = sum(n - 1 for n in counts.values())
-    return (
-        f"rank {rank} received {each} {times} times in one epoch ({repeats} of the "
-        f"{len(entry['items'])} items its loop received in {entry['batches']} batches were "
-        f"repeats): its DataLoader has {workers} loader workers, __iter__ runs in each of "
-        "them, and each streamed the same items" + _split_fix(workers)
-    )
-
-
-def _stream_notes(ranks, shown) -> list[str]:
-    """The items each rank's IterableDataset loaders yielded: faults noted, else what was fine."""
-    notes = []
-    for per_rank in by_loader(ranks, "streams").values():
-        if not any(e["trained"] for entries in per_rank.values() for e in entries):
-            continue  # a look at a batch, or an evaluation: no training data
-        first = {
-            rank: next((e for e in entries if e["trained"]), entries[0])
-            for rank, entries in sorted(per_rank.items())
-        }
-        line = next(iter(first.values()))["line"]
-        before = len(shown)
-        for rank, entry in first.items():
-            counts = Counter(entry["items"])
-            repeats = sum(n - 1 for n in counts.values())
-            # repeats as many as the loader has workers: every worker streamed the same items
-            if entry["workers"] > 1 and max(counts.values(), default=1) <= entry["workers"] \
-                    and repeats and 4 * repeats >= len(entry["items"]):  # fmt: skip
-                note_shown(shown, "data_division", _repeated_text(rank, entry, counts), line)
-                break
-        uneven = _stream_ended_early(first)
-        if uneven is not None and not any(e.get("join") for r in ranks for e in r.ddp):
-            note_shown(shown, "data_division", uneven, line)
-            continue
-        held = Counter(i for entry in first.values() for i in set(entry["items"]))
-        shared = {i for i, n in held.items() if n > 1}
-        fewest = min(len(set(entry["items"])) for entry in first.values())
-        if len(first) > 1 and shared and 4 * len(shared) >= fewest:
-            holders = [rank for rank, entry in first.items() if shared & set(entry["items"])]
-            named = ", ".join(map(str, holders[:-1])) + f" and {holders[-1]}"
-            text = (
-                f"ranks {named} received the same {len(shared)} of the {fewest} items "
-                f"each loop received in the batches recorded: {NOT_DIVIDED}, so each trains "
-                "on the same data"
-            )
-            workers = max(entry["workers"] for entry in first.values())
-            note_shown(shown, "data_division", text + _split_fix(workers), line)
-        if len(shown) == before and len(first) > 1 and fewest:
-            sizes = sorted({len(entry["items"]) for entry in first.values()})
-            recur = len(shared) + sum(len(e["items"]) - len(set(e["items"]))
-                                      for e in first.values())  # fmt: skip
-            notes.append(
-                f"each rank received its own {'/'.join(map(str, sizes))} items from the "
-                "IterableDataset's loader in the batches recorded, "
-                + (f"{recur} of them more than once (as the data may hold them)" if recur
-                   else "no item twice")
-            )  # fmt: skip
-    return notes

@@ -35,6 +35,7 @@ SAYS = {
          "rank 0's gave at least 5", "same number of steps on every rank"],
         ["DistributedSampler("],
     ),
+    "weighted_draw_split": (["each rank drew its own 40 items with replacement"], ["differ at"]),
     "seed_helper_per_rank": (
         ["the ranks built different data sets", "rank 0 seeded random.seed, numpy.random.seed "
          "and torch.manual_seed with 7 (lines 19, 20, 21, called from line 28) and rank 1 with "
