@@ -108,12 +108,19 @@ def _group_in_dataset(tree: ast.Module) -> int | None:
     return None
 
 
+def _ddp_loops_first(loops: list) -> list:
+    """The training loops, those in a function that wraps a model in DDP first: a loop that
+    trains a model alone beforehand (a pretraining step) is not the one DDP needs divided."""
+    wraps = [(o, lp) for o, lp in loops if calls_in(o, "DistributedDataParallel", "DDP")]
+    return wraps + [pair for pair in loops if pair not in wraps]
+
+
 def read_data_part(reading: Reading, tree: ast.Module, functions) -> None:
     reading.group_in_dataset = _group_in_dataset(tree)
     loaders = calls_in(tree, "DataLoader")
     if loaders:
         reading.lines["data_division"] = loaders[0].lineno
-    for owner, loop in training_loops(tree):
+    for owner, loop in _ddp_loops_first(training_loops(tree)):
         loader = _loader_call(_loop_source(loop), owner, tree, functions)
         if loader is None:
             continue

@@ -56,6 +56,10 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "pretrained_then_frozen_on_rank0": {
+        "model_wrapping": "DDP expects same model across all ranks",
+        "data_division": "not reached: a rank raised RuntimeError at line 34",
+    },
     "join_epochs_uneven": {"model_wrapping": "DDP wrapped the model on 2 ranks (cpu); "
                            "parameters identical on every rank after 3 step(s)"},
     "aux_loss_some_steps": {
@@ -609,3 +613,10 @@ def test_unused_parameters_are_the_one_cause_named_when_the_ranks_then_part(tmp_
     said = result.stages["model_wrapping"].evidence
     assert result.faults == ["model_wrapping"] and "`aux.weight`, `aux.bias`" in said, said
     assert "optimisers" not in said, str(result)
+
+
+def test_a_loop_that_trains_before_ddp_is_not_taken_for_the_one_to_divide():
+    """A pretraining loop with a plain loader comes first in the file; the loop over the DDP
+    model has its DistributedSampler: the code suggests nothing about a missing sampler."""
+    result = doctor.diagnose(STYLES / "pretrained_then_frozen_on_rank0.py", 2)
+    assert "the code suggests" not in result.stages["data_division"].evidence, str(result)
