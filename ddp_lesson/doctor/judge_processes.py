@@ -9,6 +9,8 @@ released the group before they ended.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .judge_evidence import Judged, note_shown, ranks_text
 from .read import TORCHRUN, WORKER
 
@@ -45,9 +47,14 @@ def judge_spawning(reading, outcome) -> Judged:
         fine["spawning"] = f"{len(entered)} process(es) started, each running main"
     else:
         by = script.spawns[0].get("by", "mp.spawn") if script and script.spawns else "mp.spawn"
-        fine["spawning"] = (
-            f"{by} started {len(entered)} process(es), each running {_function(outcome)}"
-        )
+        per_start = Counter(r.launch for r in entered)  # (each start's group is judged apart)
+        count = f"{len(entered)} process(es)"
+        sizes = set(per_start.values())
+        if len(per_start) > 1 and len(sizes) == 1:
+            count = f"{sizes.pop()} process(es) at each of {len(per_start)} calls"
+        elif len(per_start) > 1:
+            count = f"{len(entered)} process(es) over {len(per_start)} calls"
+        fine["spawning"] = f"{by} started {count}, each running {_function(outcome)}"
     return Judged.of(shown, fine)
 
 
@@ -70,8 +77,11 @@ def judge_group(ranks, stand_in: bool = False) -> Judged:
         return Judged.of(shown)
     fine = {}
     backends = sorted({r.init["backend"] for r in joined})
-    claimed = sorted(r.claimed_rank for r in joined)
+    starts = sorted({r.launch for r in joined})
+    claimed = sorted(r.claimed_rank for r in joined if r.launch == starts[0])
     fine["process_group"] = f"ranks {claimed} joined one {'/'.join(backends)} group"
+    if len(starts) > 1:
+        fine["process_group"] += f" at each of the script's {len(starts)} starts of processes"
     calls = [len(r.collectives) for r in joined]
     if any(calls) and len(set(calls)) == 1:
         fine["process_group"] += f"; every rank made the same {calls[0]} collective call(s)"

@@ -126,7 +126,11 @@ SAYS = {
     },
     "optimizer_elsewhere": {"model_wrapping": "updates none of the parameters DDP wraps"},
     "syncbn_gpu": {"notes": "SyncBatchNorm, which needs GPUs, ran as plain batch norm"},
-    "sweep_in_turn": {"teardown": "ranks [0, 1] released the group"},
+    "sweep_in_turn": {
+        "teardown": "ranks [0, 1] released the group",
+        "spawning": "started 2 process(es) at each of 2 calls",
+        "process_group": "ranks [0, 1] joined one gloo group at each of the script's 2 starts",
+    },
     "sweep_at_once": {"process_group": "two groups the script started at once both meet"},
     "custom_sampler": {"data_division": "a new order in each of 3 epochs"},
     "set_epoch_other_sampler": {"data_division": "but on another sampler than the one"},
