@@ -338,6 +338,7 @@ def exit_code(done: SystemExit) -> int:
 def call_main(index: int, fn: Callable, args: tuple) -> None:
     """Call the learner's ``fn(index, *args)`` and record how it ended."""
     record = process_state["record"]
+    process_state["entry"] = (index, fn)  # (what the processes' start handed the function)
     rewire(getattr(fn, "__globals__", {}))
     try:
         inspect.signature(fn).bind(index, *args)

@@ -37,6 +37,7 @@ def check_claim(rank, world_size) -> None:
     """Stop for a rank outside the world, or a world larger than the processes started."""
     nprocs = process_state.get("nprocs", 0)
     if world_size is None or world_size < 1 or rank is None or not 0 <= rank < world_size:
+        _swapped(rank, world_size, nprocs)
         why, line = defaulted("WORLD_SIZE")
         stop_at_stage(
             "process_group",
@@ -54,6 +55,24 @@ def check_claim(rank, world_size) -> None:
             "ranks; the processes started and the world_size given must be one number "
             "(e.g. nprocs=world_size, from the same variable)",
         )
+
+
+def _swapped(rank, world_size, nprocs: int) -> None:
+    """Stop when the world size given is this process's number and the rank the number of
+    processes: the function takes its arguments in another order than the start gives."""
+    index, fn = process_state.get("entry") or (None, None)
+    if fn is None or index is None or world_size != index or rank != nprocs:
+        return
+    name = getattr(fn, "__name__", "main")
+    code = getattr(fn, "__code__", None)
+    at = f" (line {code.co_firstlineno})" if code is not None else ""
+    stop_at_stage(
+        "spawning",
+        f"init_process_group got world_size={world_size}, which is this process's number, "
+        f"and rank={rank}, the number of processes: {name}{at} takes its parameters in "
+        "another order than they are passed (the process number first, then the args "
+        f"given). Put rank first: def {name}(rank, ...)",
+    )
 
 
 def claimed_twice(rank: int) -> None:

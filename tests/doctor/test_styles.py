@@ -56,6 +56,10 @@ SAYS = {
         "process_group": "asked init_process_group for nccl, but no rank sent its model to a "
         "GPU: DDP wrapped it on the CPU"
     },
+    "entry_arguments_swapped": {
+        "spawning": "world_size=0, which is this process's number, and rank=2, the number of "
+        "processes: worker (line 14) takes its parameters in another order",
+    },
     "pretrained_then_frozen_on_rank0": {
         "model_wrapping": "DDP expects same model across all ranks",
         "data_division": "not reached: a rank raised RuntimeError at line 34",
