@@ -217,13 +217,23 @@ def _with_replacement(first: list[dict]) -> bool:
     )
 
 
-def _same_draws_text(first: list[dict]) -> str:
-    return (
-        f"every rank drew the same {len(first[0]['indices'])} items in the same order "
-        f"(sampler: {first[0]['sampler']}, with replacement), so each trains on the same "
-        "batches; give each rank its own draws (its own part of one draw, or a seed that "
-        "differs by rank for the draw only)"
-    )
+def _draws(first: list[dict], shown: list[Shown]) -> list[str]:
+    """Ranks whose samplers draw with replacement: the same draws on every rank (shown), or
+    what each drew (a note)."""
+    sampler = first[0]["sampler"]
+    if all(e["indices"] == first[0]["indices"] for e in first[1:]):
+        note_shown(shown, "data_division", (
+            f"every rank drew the same {len(first[0]['indices'])} items in the same order "
+            f"(sampler: {sampler}, with replacement), so each trains on the same batches; "
+            "give each rank its own draws (its own part of one draw, or a seed that differs "
+            "by rank for the draw only)"
+        ), first[0]["line"])  # fmt: skip
+        return []
+    counts = "/".join(map(str, sorted({len(e["indices"]) for e in first})))
+    return [
+        f"each rank drew its own {counts} items with replacement (sampler: {sampler}), so "
+        "items recur within a rank's share as across the ranks'; the ranks' draws differ"
+    ]
 
 
 def _told_alike(first: list[dict]) -> str:
@@ -284,6 +294,15 @@ def _padded_text(line, counts: list[int], size, shared: set[int]) -> str:
     )
 
 
+def _by_place(ranks) -> dict[int, list[list[dict]]]:
+    """Each loader's epochs (by the loader's place in the script), as each rank recorded them."""
+    epochs: dict[int, list[list[dict]]] = {}
+    for at, r in enumerate(ranks):
+        for entry in r.loaders:
+            epochs.setdefault(entry["loader"], [[] for _ in ranks])[at].append(entry)
+    return epochs
+
+
 def _index_notes(ranks, shown, disproved) -> list[str]:
     """The indices each rank's map-style loaders iterated: faults noted, else what was fine.
 
@@ -291,12 +310,8 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
     stage in ``disproved``: the code's guess that every rank iterates the
     whole data set is wrong.
     """
-    epochs: dict[int, list[list[dict]]] = {}
-    for at, r in enumerate(ranks):
-        for entry in r.loaders:
-            epochs.setdefault(entry["loader"], [[] for _ in ranks])[at].append(entry)
     notes = []
-    for by_place in epochs.values():
+    for by_place in _by_place(ranks).values():
         per_rank = [e for e in by_place if e]
         if len(per_rank) < 2:
             continue
@@ -313,14 +328,7 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
         counts = [len(e["indices"]) for e in first]
         if trained and shared and _with_replacement(first):
             # items recur within each rank's share too: a draw, not a division of the items
-            if all(e["indices"] == first[0]["indices"] for e in first[1:]):
-                note_shown(shown, "data_division", _same_draws_text(first), line)
-            else:
-                notes.append(
-                    f"each rank drew its own {'/'.join(map(str, sorted(set(counts))))} items "
-                    f"with replacement (sampler: {sampler}), so items recur within a rank's "
-                    "share as across the ranks'; the ranks' draws differ"
-                )
+            notes += _draws(first, shown)
             continue
         padded = _padded(first, shared, size, len(per_rank))
         unseen = _unseen(first, len(ranks))

@@ -159,16 +159,19 @@ def model_verdict(ranks, crashed, stand_in: bool = False) -> Judged:
     if summed is not None:
         add(*summed, exact=True)
         return Judged.of(shown)
-    # (unused: see above; under model.join() the ranks make different numbers of steps, and
-    # the join ends by copying one rank's parameters to the others: no step-by-step trail)
-    joined = any(e.get("join") for r in ranks for e in r.ddp)
-    later = _parted_later(ranks) if wrapped and not unused and not joined else None
+    later = _parted_later(ranks) if wrapped and not unused and not _joined(ranks) else None
     if later is not None:
         add(*later, exact=later[1] is not None)
         return Judged.of(shown)
     if compared is not None or wrapped:
         return Judged.of(shown, {"model_wrapping": _in_step(wrapped, compared, stand_in)})
     return Judged.of(shown)
+
+
+def _joined(ranks: list[ProcessRecord]) -> bool:
+    """Training under model.join(): the ranks make different numbers of steps, and the join
+    ends by copying one rank's parameters to the others, so no step-by-step trail compares."""
+    return any(e.get("join") for r in ranks for e in r.ddp)
 
 
 def _held_apart(ranks: list[ProcessRecord]) -> tuple[str, int | None] | None:
@@ -484,7 +487,6 @@ def _in_step(wrapped, compared, stand_in: bool) -> str:
         how = "the model is not wrapped in DDP, yet the ranks kept it in step themselves"
     said = f"{how}; parameters identical on every rank after {compared[0]} step(s)"
     traced = min((len(r.trail) for r in wrapped), default=0)
-    joined = any(e.get("join") for r in wrapped for e in r.ddp)  # (no trail compared then)
-    if traced > compared[0] and not joined:  # (the trail's sums, compared by _parted_later)
+    if traced > compared[0] and not _joined(wrapped):  # (the trail, compared by _parted_later)
         said += f", and their sums equal after each of the {traced} steps the doctor ran"
     return said
