@@ -361,7 +361,9 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
                 note_shown(shown, "data_division", uneven, line)
                 continue
             known = sampler in ("DistributedSampler", "RandomSampler", "SequentialSampler")
-            notes.append(_shares_text(counts[0], size, shared, len(mine), shuffled, known))
+            dropped = first[0].get("dropped") or 0
+            notes.append(_shares_text(counts[0], size, shared, len(mine), shuffled, known,
+                                      dropped))  # fmt: skip
     return notes
 
 
@@ -407,15 +409,21 @@ def _uneven_steps(per_rank: list[list[dict]]) -> str | None:
 
 
 def _shares_text(
-    count: int, size, shared: set[int], epochs: int, shuffled: bool, known: bool = True
+    count: int, size, shared: set[int], epochs: int, shuffled: bool, known: bool = True,
+    dropped: int = 0,
 ) -> str:
     """What was fine: each rank's own share, and a new order in each epoch (or none asked).
 
-    ``known``: the sampler is torch's own, whose ``shuffle`` says whether it shuffles.
+    ``known``: the sampler is torch's own, whose ``shuffle`` says whether it shuffles;
+    ``dropped``: the items of a rank's share its DataLoader's ``drop_last`` left out.
     """
-    text = f"each rank's sampler gave it its own {count} of {size} training items" + (
-        f" ({len(shared)} repeated as padding)" if shared else ", no overlap"
+    got = (
+        f"each rank's sampler gave it its own {count + dropped} of {size} training items, "
+        f"{count} of them in full batches (drop_last)"
+        if dropped
+        else f"each rank's sampler gave it its own {count} of {size} training items"
     )
+    text = got + (f" ({len(shared)} repeated as padding)" if shared else ", no overlap")
     if epochs > 1:
         text += (
             f"; a new order in each of {epochs} epochs"

@@ -117,7 +117,12 @@ SAYS = {
     "config_world": {"spawning": "for a world of 4"},
     "shared_data": {"data_division": "overlap between ranks 100%"},
     "peek_first": {"data_division": "a new order in each of 3 epochs"},
-    "accelerator": {"model_wrapping": "DDP wrapped the model on 2 ranks", "notes": STAND_INS},
+    "accelerator": {
+        "model_wrapping": "DDP wrapped the model on 2 ranks",
+        "notes": STAND_INS,
+        "data_division": "its own 180 of 360 training items, 160 of them in full batches "
+        "(drop_last)",
+    },
     "snapshot": {"spawning": "torchrun started 2", "notes": STAND_INS},
     "accumulate": {"data_division": "64 of the 128 training items were never seen"},
     "late_set_epoch": {"data_division": "set_epoch is called too late"},
