@@ -360,10 +360,8 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             if uneven is not None:
                 note_shown(shown, "data_division", uneven, line)
                 continue
-            known = sampler in ("DistributedSampler", "RandomSampler", "SequentialSampler")
-            dropped = first[0].get("dropped") or 0
-            notes.append(_shares_text(counts[0], size, shared, len(mine), shuffled, known,
-                                      dropped))  # fmt: skip
+            cut = first[0].get("dropped") or 0
+            notes.append(_shares_text(counts[0], size, shared, len(mine), shuffled, sampler, cut))
     return notes
 
 
@@ -409,14 +407,15 @@ def _uneven_steps(per_rank: list[list[dict]]) -> str | None:
 
 
 def _shares_text(
-    count: int, size, shared: set[int], epochs: int, shuffled: bool, known: bool = True,
+    count: int, size, shared: set[int], epochs: int, shuffled: bool, sampler: str,
     dropped: int = 0,
 ) -> str:
     """What was fine: each rank's own share, and a new order in each epoch (or none asked).
 
-    ``known``: the sampler is torch's own, whose ``shuffle`` says whether it shuffles;
+    ``sampler``: its class's name (torch's own say in ``shuffle`` whether they shuffle);
     ``dropped``: the items of a rank's share its DataLoader's ``drop_last`` left out.
     """
+    known = sampler in ("DistributedSampler", "RandomSampler", "SequentialSampler")
     got = (
         f"each rank's sampler gave it its own {count + dropped} of {size} training items, "
         f"{count} of them in full batches (drop_last)"
