@@ -198,7 +198,8 @@ def _self_subprocess(popen_init: Callable) -> Callable:
             and probe.learner_line() is not None
         ):
             probe.wants_torchrun(SELF_SUBPROCESS, probe.learner_line())
-        if AGENT_STORE_ENV in env and len(rest) < 9:  # (an env given by position: as it is)
+        own = probe.is_learner(sys._getframe(1).f_code.co_filename)  # (not torch's agent's)
+        if own and AGENT_STORE_ENV in env and len(rest) < 9:  # (env given by position: as is)
             # the switch that points a rank at the doctor's store is not for programs the
             # script starts: their rank 0 would never host the store they wait for
             kwargs["env"] = {k: v for k, v in env.items() if k != AGENT_STORE_ENV}
