@@ -109,10 +109,13 @@ def _elsewhere(
             f"partners waited in; find out why rank {other.rank} stays at line {line}"
         )
     elif gone and _only_some_called(error, [r for r, _ in crashed], gone):
-        line = error["line"]
+        caller = error.get("caller")
+        line = caller or error["line"]  # a helper's call is reached where it is called
         others = ranks_text(sorted(r.rank for r in gone))
+        called = f" (called from line {caller})" if caller else ""
         evidence = (
-            f"{ranks_text(sorted(waiting))} waited in vain{quote(reading, line)} (it raised "
+            f"{ranks_text(sorted(waiting))} waited in vain{quote(reading, error['line'])}"
+            f"{called} (it raised "
             f"{error['type']}): a call there needs every rank (a collective, or a forward through "
             "DDP, which broadcasts the model's buffers from rank 0 when they are kept in "
             f"step), and {others} never made a call at that line: it finished its work and "
@@ -120,6 +123,8 @@ def _elsewhere(
             f"Find the condition that lets only {ranks_text(sorted(waiting))} reach line "
             f"{line} (evaluate with model.module on one rank, or run the call on every rank)"
         )
+        verdict = StageVerdict(FAULT, f"run: {evidence}", line, [f"run: {evidence}"])
+        return verdict, reading.owners.get(error["line"])  # (the call's stage, not the caller's)
     elif gone:
         line = _left_at(reading, gone[0])  # (else no stage owns where a rank chose to leave)
         evidence = _gone_early(reading, gone[0], crashed[0][0], error, lost)

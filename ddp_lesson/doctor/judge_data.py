@@ -177,8 +177,8 @@ def _own_shards(
             f"each rank trains on a data set of its own (split by hand before the loader; "
             f"items {held}), and their loaders give different numbers of batches per epoch "
             f"({per}): DDP needs the same number of steps on every rank, so the rank with "
-            "more batches waits in its extra backward pass for ranks that have finished "
-            "(a hang, or a closed connection). Split into equal shards (drop the remainder), "
+            "more batches makes an extra backward pass that the others never match "
+            "(it hangs, or fails on whatever collective they make instead). Split into equal shards (drop the remainder), "
             "or give the whole data set to a DistributedSampler",
             first[0]["line"],
         )

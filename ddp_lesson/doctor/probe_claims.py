@@ -3,8 +3,8 @@
 :func:`.probe_group.recorded_init` asks here before it joins the doctor's store:
 :func:`claimed_place` (the rank and world size, given or torchrun's),
 :func:`check_claim` (a rank outside the world, a world larger than the processes
-started), :func:`claimed_twice` (a rank two processes claimed: the start's fault
-when every process was given that rank), :func:`defaulted` (a torchrun variable
+started, a world counting machines that never join), :func:`claimed_twice` (a rank
+two processes claimed: the start's fault when every process was given that rank), :func:`defaulted` (a torchrun variable
 this process lacks, read with a default in the learner's file) and
 :func:`meeting_place` (the address or file a group is told to meet at).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 
 from .probe_state import learner_line, process_state, stop_at_stage, wants_torchrun
 
@@ -46,6 +47,7 @@ def check_claim(rank, world_size) -> None:
             line,
         )
     if nprocs and world_size > nprocs:
+        _nodes_world(world_size, nprocs)
         line = (process_state["record"].init or {}).get("line")
         told = f"init_process_group (line {line})" if line else "init_process_group"
         stop_at_stage(
@@ -55,6 +57,42 @@ def check_claim(rank, world_size) -> None:
             "ranks; the processes started and the world_size given must be one number "
             "(e.g. nprocs=world_size, from the same variable)",
         )
+
+
+#: Words a file uses for the number of machines, or a machine's place among them.
+NODE_WORDS = re.compile(r"num_?nodes|n_?nodes|node_?count|node_?rank", re.IGNORECASE)
+
+
+def _nodes_world(world_size: int, nprocs: int) -> None:
+    """Stop when the world given counts nodes this one machine does not have: a file that
+    counts machines, whose world is a multiple of the processes started here."""
+    lines = linecache.getlines(process_state["settings"].file)
+    if world_size % nprocs or not any(NODE_WORDS.search(t.split("#")[0]) for t in lines):
+        return
+    nodes = world_size // nprocs
+    made = next(
+        (n for n, t in enumerate(lines, 1)
+         if NODE_WORDS.search(t.split("#")[0]) and "*" in t.split("#")[0]),
+        None,
+    )  # fmt: skip
+    said = next(
+        (n for n, t in enumerate(lines, 1)
+         if NODE_WORDS.search(t) and re.search(rf"[=:(,]\s*{nodes}\b", t.split("#")[0])),
+        None,
+    )  # fmt: skip
+    init = (process_state["record"].init or {}).get("line")
+    code = [t.split("#")[0].strip() for t in lines]
+    where = f" (line {made}: `{code[made - 1]}`)" if made else ""
+    count = f" (line {said}: `{code[said - 1]}`)" if said else ""
+    stop_at_stage(
+        "process_group",
+        f"init_process_group (line {init}) was given world_size={world_size}, a world "
+        f"of {nodes} machines with {nprocs} process(es) each{where}, but this machine "
+        f"started {nprocs}, and no other machine joins: the group would wait forever for "
+        f"ranks {nprocs}..{world_size - 1}. Run on one machine, the number of machines must "
+        f"be 1{count}; on {nodes}, start the script on each with its own node rank",
+        made or init,
+    )
 
 
 def _swapped(rank, world_size, nprocs: int) -> None:

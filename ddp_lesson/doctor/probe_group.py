@@ -33,6 +33,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from .probe_buffers import quiet_apart
 from .probe_claims import check_claim, claimed_place, claimed_twice, meeting_place, meeting_twice
 from .probe_state import (
     blocking,
@@ -153,6 +154,7 @@ def recorded_init(*args, **kwargs):
         stop_at_stage("process_group", meeting_twice(where))
     if store.add(f"doctor/rank/{launch}/{rank}", 1) > 1:
         claimed_twice(rank)
+    store.delete_key(group_key("destroyed", rank))  # a release before this group's is no news
     join_group(store, used, rank, world_size)
 
 
@@ -216,6 +218,9 @@ def recorded_destroy(*args, **kwargs):
     process_state.pop("init_frames", None)  # a later init_process_group is no repeat
     if first:
         record.destroyed = {"line": learner_line(), "caller": caller_line(sys._getframe(1))}
+        with contextlib.suppress(Exception):  # tells a rank left waiting why this one is gone
+            store = process_state["store"]
+            store.set(group_key("destroyed", record.claimed_rank), str(record.destroyed["line"]))
         mark_done()
         save_record()
     with owned("teardown"):
@@ -244,15 +249,7 @@ def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
             break
         for other in missing:
             if store.check([group_key("done", other)]):
-                done = int(store.get(group_key("done", other)))
-                made = f" (it made {done} collective call(s) of its own)" if done else ""
-                stop_at_stage(
-                    "process_group",
-                    f"rank {rank} waits in {name}() (line {line}), but rank {other} "
-                    f"ended without calling it{made}: every rank must call each "
-                    "collective, in the same order",
-                    line,
-                )
+                left_without(store, name, line, rank, other)
             check_stuck(name, line, rank, other, seen)
         with contextlib.suppress(dist.DistStoreError):
             store.wait([keys[missing[0]]], datetime.timedelta(seconds=0.25))
@@ -261,6 +258,7 @@ def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
     ops = {r: store.get(keys[r]).decode().split(":") for r in range(size)}
     if len({op[0] for op in ops.values()}) > 1:
         said = ", ".join(f"rank {r}: {op[0]} at line {op[1]}" for r, op in ops.items())
+        quiet_apart(store, size, said)
         stop_at_stage(
             "process_group",
             f"the ranks called different collectives at the same point ({said}): "
@@ -277,6 +275,36 @@ def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
             "sizes first)",
             line,
         )
+
+
+def left_without(store, name: str, line: int, rank: int, other: int) -> None:
+    """Stop: rank ``other`` has ended without the collective ``rank`` waits in.
+
+    A barrier the other rank skipped on its way to releasing the group is a
+    wait for the ranks to finish that only some make, a teardown fault; any
+    other collective carries work (a metric, a copy), and the ranks' calls
+    went out of step while the group was in use.
+    """
+    done = int(store.get(group_key("done", other)))
+    made = f" (it made {done} collective call(s) of its own)" if done else ""
+    size = process_state["record"].claimed_world_size or 0
+    quiet_apart(store, size, f"rank {rank} waits in {name}() at line {line}; rank {other} ended")
+    if name == "barrier" and store.check([group_key("destroyed", other)]):
+        released = int(store.get(group_key("destroyed", other)))
+        stop_at_stage(
+            "teardown",
+            f"rank {rank} waits in barrier() (line {line}), but rank {other} released the "
+            f"group (destroy_process_group, line {released}) and ended without calling "
+            f"it{made}: a barrier before the release that only some ranks reach never "
+            "completes; call it on every rank before destroy_process_group, or on none",
+            line,
+        )
+    stop_at_stage(
+        "process_group",
+        f"rank {rank} waits in {name}() (line {line}), but rank {other} ended without "
+        f"calling it{made}: every rank must call each collective, in the same order",
+        line,
+    )
 
 
 #: Collectives whose tensor must have the same shape on every rank.
@@ -343,6 +371,9 @@ def check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> None
     what = WAITED_IN_STEP if op == "backward" else "DDP(...)"
     caller = caller_line(sys._getframe(1))
     called = f", called from line {caller}" if caller is not None else ""
+    quiet_apart(store, process_state["record"].claimed_world_size or 0,
+                f"rank {rank} waits in {name}() at line {line}{called}, rank {other} in "
+                f"{what} at line {at}")  # fmt: skip
     stop_at_stage(
         "process_group",
         f"rank {rank} waits in {name}() (line {line}{called}) while rank {other} waits in "

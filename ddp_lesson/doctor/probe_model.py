@@ -28,6 +28,7 @@ import sys
 import torch
 
 from . import probe_edits
+from .probe_buffers import note_quiet_sync, syncs_buffers
 from .probe_state import (
     blocking,
     first_line,
@@ -233,6 +234,8 @@ def stand_in_batchnorm(module: torch.nn.Module) -> int:
 
 def ddp_forward(original):
     def forward(self, *args, **kwargs):
+        if not torch.is_grad_enabled() and syncs_buffers(self):
+            note_quiet_sync()
         thread_local.in_ddp = getattr(thread_local, "in_ddp", 0) + 1
         # (False inside no_sync(): the backward of this forward exchanges nothing)
         thread_local.synced = bool(getattr(self, "require_backward_grad_sync", True))

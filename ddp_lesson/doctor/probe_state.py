@@ -140,7 +140,9 @@ def caller_line(frame) -> int | None:
     while frame is not None:
         if frame.f_code.co_filename == RANK_START:
             return None
-        if is_learner(frame.f_code.co_filename):
+        name = frame.f_code.co_name
+        # (a comprehension's or lambda's frame is a part of its function's line)
+        if is_learner(frame.f_code.co_filename) and (name[0] != "<" or name == "<module>"):
             seen += 1
             if seen == 2:
                 return frame.f_lineno
@@ -206,6 +208,8 @@ def error_record(error: BaseException, **extra) -> dict:
         "type": type(error).__name__,
         "message": first_line(error),
         "line": line,
+        # the learner's line that called the function the error left (None when none did)
+        "caller": _caller(error, line),
         "stage": stage,
         "time": time.time(),
         # stopped from outside (the deadline, a launcher); SystemExit is the script's own
@@ -215,6 +219,21 @@ def error_record(error: BaseException, **extra) -> dict:
     }
     entry.update(extra)
     return entry
+
+
+def _caller(error: BaseException, line: int | None) -> int | None:
+    """The learner's line that called the function where ``error`` left the learner's
+    lines (through any comprehension or lambda of that function's): None when none did."""
+    functions = []  # (code name, line) of the learner's frames, outermost first
+    tb = error.__traceback__
+    while tb is not None:
+        if is_learner(tb.tb_frame.f_code.co_filename):
+            functions.append((tb.tb_frame.f_code.co_name, tb.tb_lineno))
+        tb = tb.tb_next
+    inner = [f for f in functions if not f[0].startswith("<") or f[0] == "<module>"]
+    if line is None or len(inner) < 2:
+        return None
+    return inner[-2][1]
 
 
 @contextlib.contextmanager

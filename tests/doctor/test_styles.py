@@ -113,7 +113,15 @@ SAYS = {
     "eval_rank0": {"process_group": "rank 1 ended without calling it"},
     "check_in_between_rank0": {"process_group": "(line 17, called from line 35)"},
     "destroy_early": {"teardown": "after destroy_process_group() at line 22"},
+    "finish_hook_rank0": {
+        "teardown": "rank 0 waits in barrier() (line 31), but rank 1 "
+        "released the group (destroy_process_group, line 53)"
+    },
     "node_rank": {"process_group": "both claimed rank 0"},
+    "nodes_from_arguments": {
+        "process_group": "world_size=4, a world of 2 machines with 2 process(es) each (line "
+        "27: `total = opts.nnodes * opts.procs_per_node`), but this machine started 2"
+    },
     "config_world": {"spawning": "for a world of 4"},
     "shared_data": {"data_division": "overlap between ranks 100%"},
     "peek_first": {"data_division": "a new order in each of 3 epochs"},
@@ -172,6 +180,10 @@ SAYS = {
         "model_wrapping": "wrapped the same model",
     },
     "score_on_rank0": {"model_wrapping": "rank 1 never made a call at that line"},
+    "score_batchnorm_rank0": {
+        "model_wrapping": "different numbers of forward passes without gradients through the "
+        "DDP model (rank 0: 1, rank 1: 0; line 27, called from line 48)"
+    },
     "flat_sum": {"model_wrapping": "all-reduce their gradients with SUM (line 16)"},
     "flat_mean": {"model_wrapping": "not wrapped in DDP, yet the ranks kept it in step"},
     # a GPU branch (torch.cuda.is_available()): run after the branch this machine takes
