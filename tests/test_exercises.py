@@ -314,7 +314,7 @@ def test_check_of_a_missing_file_says_which_cell_to_run(tmp_path):
         ("sampler_no_set_epoch.py", "nothing told it that the epoch changed"),
         ("sampler_no_shuffle.py", "in the order they are stored"),
         # equal shares that leave items out, and what the run saw drop them
-        ("sampler_loader_drops_leftovers.py", "items reached no rank; the loader had drop_last"),
+        ("sampler_loader_drops_leftovers.py", "no rank; the DataLoader had drop_last"),
         # set_epoch is called: the message says with what, and when
         ("sampler_set_epoch_constant.py", "set_epoch was called 2 time(s), each time with 5"),
         ("sampler_set_epoch_late.py", "each time after a pass over the loader"),

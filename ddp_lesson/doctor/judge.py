@@ -131,7 +131,7 @@ def verdict(
     for judged in (
         crash,
         judge_spawning(reading, outcome),
-        judge_group(ranks, stand_in=outcome.stand_in),
+        judge_group(ranks, stand_in=outcome.stand_in, reading=reading),
         *[data_verdict(group) for group in launches(ranks)],
         *[model_verdict(group, crashed, stand_in=outcome.stand_in) for group in launches(ranks)],
         judge_teardown(reading, outcome),

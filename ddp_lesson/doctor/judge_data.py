@@ -178,8 +178,8 @@ def _own_shards(
             f"items {held}), and their loaders give different numbers of batches per epoch "
             f"({per}): DDP needs the same number of steps on every rank, so the rank with "
             "more batches makes an extra backward pass that the others never match "
-            "(it hangs, or fails on whatever collective they make instead). Split into equal shards (drop the remainder), "
-            "or give the whole data set to a DistributedSampler",
+            "(it hangs, or fails on whatever collective they make instead). Split into equal "
+            "shards (drop the remainder), or give the whole data set to a DistributedSampler",
             first[0]["line"],
         )
     return (
@@ -361,7 +361,7 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
                 note_shown(shown, "data_division", uneven, line)
                 continue
             cut = first[0].get("dropped") or 0
-            notes.append(_shares_text(counts[0], size, shared, len(mine), shuffled, sampler, cut))
+            notes.append(_shares_text(counts, size, shared, len(mine), shuffled, sampler, cut))
     return notes
 
 
@@ -400,28 +400,34 @@ def _uneven_steps(per_rank: list[list[dict]]) -> str | None:
     return (
         f"the ranks' loaders give different numbers of batches in an epoch ({per}){why}: "
         "DDP needs the same number of steps on every rank, so the rank with more batches "
-        "waits in its extra backward pass for ranks that have finished (a hang, or a closed "
-        "connection). Give every rank the same number of batches (the same drop_last and "
-        "batch size everywhere), or train inside model.join()"
+        "makes an extra backward pass that the others never match (it hangs, or fails on "
+        "whatever collective they make instead). Give every rank the same number of batches "
+        "(the same drop_last and batch size everywhere), or train inside model.join()"
     )
 
 
 def _shares_text(
-    count: int, size, shared: set[int], epochs: int, shuffled: bool, sampler: str,
+    counts: list[int], size, shared: set[int], epochs: int, shuffled: bool, sampler: str,
     dropped: int = 0,
 ) -> str:
     """What was fine: each rank's own share, and a new order in each epoch (or none asked).
 
-    ``sampler``: its class's name (torch's own say in ``shuffle`` whether they shuffle);
-    ``dropped``: the items of a rank's share its DataLoader's ``drop_last`` left out.
+    ``counts``: the items each rank iterated; ``sampler``: its class's name (torch's own
+    say in ``shuffle`` whether they shuffle); ``dropped``: the items of a rank's share its
+    DataLoader's ``drop_last`` left out.
     """
     known = sampler in ("DistributedSampler", "RandomSampler", "SequentialSampler")
-    got = (
-        f"each rank's sampler gave it its own {count + dropped} of {size} training items, "
-        f"{count} of them in full batches (drop_last)"
-        if dropped
-        else f"each rank's sampler gave it its own {count} of {size} training items"
-    )
+    count = counts[0]
+    if len(set(counts)) > 1:  # shares of different sizes (a sampler that pads nothing)
+        each = ", ".join(f"rank {rank}: {n}" for rank, n in enumerate(counts))
+        got = f"each rank's sampler gave it its own share of {size} training items ({each})"
+    elif dropped:
+        got = (
+            f"each rank's sampler gave it its own {count + dropped} of {size} training items, "
+            f"{count} of them in full batches (drop_last)"
+        )
+    else:
+        got = f"each rank's sampler gave it its own {count} of {size} training items"
     text = got + (f" ({len(shared)} repeated as padding)" if shared else ", no overlap")
     if epochs > 1:
         text += (

@@ -146,9 +146,19 @@ def _stepped_unsynced(ranks, lines, k: int) -> Cause | None:
             "before the step, must run outside it",
             forward[0]["line"],
         )
+    if any(e["event"] == "forward" and e.get("synced", True) for _, e in lines[0]):
+        # the accumulation has its synced micro-batch: the step comes after every one
+        return Cause(
+            f"optimizer.step() (line {step}) ran after every micro-batch, also right after a "
+            f"backward (line {backward}) of a forward pass (line {forward[0]['line']}) "
+            "inside model.no_sync(): that backward's gradients were never averaged, so each "
+            "rank stepped with gradients of its own. Step (and zero the gradients) only after "
+            "the last micro-batch, the one that runs outside no_sync()",
+            step,
+        )
     return Cause(
         f"optimizer.step() (line {step}) came right after a backward (line {backward}) of a "
-        f"forward pass inside model.no_sync() (line {forward[0]['line']}): that backward's "
+        f"forward pass (line {forward[0]['line']}) inside model.no_sync(): that backward's "
         "gradients were never averaged, so each rank stepped with gradients of its own. "
         "Inside no_sync() go all micro-batches but the last; the last, the one right "
         "before the step, must run outside it",

@@ -66,13 +66,13 @@ def _function(outcome) -> str:
     return script.spawns[0].get("target") or "main"
 
 
-def judge_group(ranks, stand_in: bool = False) -> Judged:
+def judge_group(ranks, stand_in: bool = False, reading=None) -> Judged:
     """The group the ranks joined and the collectives they made in it (fine), or NCCL asked
     for a model every rank kept on the CPU (shown; with ``stand_in``, NCCL ran as gloo)."""
     joined = [r for r in ranks if r.init and r.init.get("joined")]
     if not joined:
         return Judged()
-    shown = _met_apart(joined) or (_nccl_on_the_cpu(joined) if stand_in else [])
+    shown = _met_apart(joined) or (_nccl_on_the_cpu(joined, reading) if stand_in else [])
     if shown:
         return Judged.of(shown)
     fine = {}
@@ -114,7 +114,7 @@ def _told_apart(places: dict, line: int | None) -> list:
     return shown
 
 
-def _nccl_on_the_cpu(joined) -> list:
+def _nccl_on_the_cpu(joined, reading=None) -> list:
     """NCCL asked for by ranks that wrapped a model none of them sent to a GPU, as shown."""
     nccl = [r for r in joined if r.init.get("asked") == "nccl"]
     wrapped = [r for r in joined if r.ddp]
@@ -123,16 +123,35 @@ def _nccl_on_the_cpu(joined) -> list:
         return []  # (something went to a GPU: the model's placement is judged elsewhere)
     if not nccl or len(wrapped) < len(joined):
         return []
+    asked = f"{ranks_text(sorted(r.rank for r in nccl))} asked init_process_group for nccl"
+    line = nccl[0].init.get("line")
+    uncalled = reading.uncalled_test if reading is not None else None
+    if uncalled is not None:
+        evidence = (
+            f"{asked}, on this machine without a GPU: line {uncalled} "
+            f"(`{reading.source(uncalled)}`) names a test without calling it, and a function "
+            "is always true, so the test chooses the GPU's way on every machine. Here a plain "
+            "run fails in init_process_group (NCCL needs GPUs; the doctor ran nccl as gloo to "
+            "check the rest). Call it: add the parentheses"
+        )
+        line = uncalled
+    elif reading is not None and reading.gpu_branch:
+        evidence = (
+            f"{asked}, though the script's own test for a GPU (torch.cuda.is_available()) "
+            "kept the model on the CPU here: NCCL exchanges only tensors on GPUs, so a plain "
+            "run on this machine fails (the doctor ran nccl as gloo to check the rest); choose "
+            "the backend by the same test as the device (gloo where the model is on the CPU)"
+        )
+    else:
+        evidence = (
+            f"{asked}, but no rank sent its model to a GPU: DDP wrapped it on the CPU, and "
+            "NCCL exchanges only tensors on GPUs, so on a machine with GPUs DDP's first "
+            "exchange fails (here, with no GPU, the doctor ran nccl as gloo); send each "
+            "rank's model to its GPU (model.to(rank)) before DDP(...), or ask for gloo where "
+            "the processes run on CPUs"
+        )
     shown: list = []
-    note_shown(
-        shown, "process_group",
-        f"{ranks_text(sorted(r.rank for r in nccl))} asked init_process_group for nccl, but "
-        "no rank sent its model to a GPU: DDP wrapped it on the CPU, and NCCL exchanges only "
-        "tensors on GPUs, so on a machine with GPUs DDP's first exchange fails (here, with "
-        "no GPU, the doctor ran nccl as gloo); send each rank's model to its GPU "
-        "(model.to(rank)) before DDP(...), or ask for gloo where the processes run on CPUs",
-        nccl[0].init.get("line"),
-    )  # fmt: skip
+    note_shown(shown, "process_group", evidence, line)
     return shown
 
 

@@ -4,8 +4,9 @@
 :func:`claimed_place` (the rank and world size, given or torchrun's),
 :func:`check_claim` (a rank outside the world, a world larger than the processes
 started, a world counting machines that never join), :func:`claimed_twice` (a rank
-two processes claimed: the start's fault when every process was given that rank), :func:`defaulted` (a torchrun variable
-this process lacks, read with a default in the learner's file) and
+two processes claimed: the start's fault when every process was given that rank),
+:func:`defaulted` (a torchrun variable this process lacks, read with a default in
+the learner's file) and
 :func:`meeting_place` (the address or file a group is told to meet at).
 """
 
@@ -119,7 +120,10 @@ def claimed_twice(rank: int) -> None:
     first, runs = process_state.get("started_with") or (None, None)
     if runs is None:
         why, line = defaulted("RANK")
-        why = why or "the one mp.spawn gives main, or torchrun's RANK"
+        _, fn = process_state.get("entry") or (None, None)
+        name = getattr(fn, "__name__", None)
+        given = f"the number mp.spawn passes {name} first" if name else "the one mp.spawn gives"
+        why = why or f"{given}, or torchrun's RANK"
         stop_at_stage(
             "process_group",
             f"two processes both claimed rank {rank} in init_process_group: each process "
@@ -149,9 +153,11 @@ def defaulted(name: str) -> tuple[str, int | None]:
     if name in os.environ:
         return "", None
     path = process_state["settings"].file
+    # os.environ.get("RANK", ...), os.getenv("RANK", ...), or a helper: env_int("RANK", 0)
+    given_default = re.compile(rf"""(get|getenv)\(|\w\(\s*["']{name}["']\s*,""")
     for number, text in enumerate(linecache.getlines(path), 1):
         code = text.split("#")[0]
-        if any(q + name + q in code for q in "\"'") and ("get(" in code or "getenv(" in code):
+        if any(q + name + q in code for q in "\"'") and given_default.search(code):
             return (
                 f"this process has no {name} in its environment, so line {number} "
                 f"(`{code.strip()}`) gave its default; set {name} for every process the "

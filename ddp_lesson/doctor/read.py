@@ -106,6 +106,7 @@ def read(path: str | Path) -> Reading:
         return reading
     reading.asks_device_count = _asks_device_count(tree)
     reading.gpu_branch = _asks_for_a_gpu(tree)
+    reading.uncalled_test = _uncalled_test(tree)
     read_spawn(reading, spawns, functions, Scope(*main_blocks, *tree.body))
     read_group_part(reading, tree)
     read_data_part(reading, tree, functions)
@@ -181,9 +182,15 @@ def _read_mode(
         # does then; one that needs torchrun's variables instead is run under torchrun
         reading.mode = SCRIPT
         reading.reads_torchrun = joins_from_environment(tree)
+    elif "main" in functions and len(functions["main"].args.args) >= 2:
+        reading.mode = WORKER  # main(rank, world_size, ...), as the course's workers
+        reading.lines["spawning"] = functions["main"].lineno  # what the processes call
+    elif _top_level_calls_own(tree):
+        reading.mode = SCRIPT  # what the call does, run, says how the processes start
+        reading.reads_torchrun = joins_from_environment(tree)
     elif "main" in functions:
         reading.mode = WORKER
-        reading.lines["spawning"] = functions["main"].lineno  # what the processes call
+        reading.lines["spawning"] = functions["main"].lineno
     else:
         reading.problem = (
             f"{reading.path.name} has no way to start: no main(rank, world_size, ...) function, no "
@@ -210,6 +217,20 @@ def _asks_for_a_gpu(tree: ast.Module) -> bool:
     return any("cuda" in ast.unparse(c.func) for c in calls_in(tree, "is_available"))
 
 
+def _uncalled_test(tree: ast.Module) -> int | None:
+    """The first line naming a test of torch's (``torch.cuda.is_available``...) in a
+    condition without calling it: the function object itself, always true."""
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    tests = [n.test for n in ast.walk(tree) if isinstance(n, ast.If | ast.IfExp | ast.While)]
+    tests += [v for n in ast.walk(tree) if isinstance(n, ast.BoolOp) for v in n.values]
+    found = [
+        n.lineno for test in tests for n in ast.walk(test)
+        if isinstance(n, ast.Attribute) and n.attr.startswith("is_") and id(n) not in called
+        and ast.unparse(n).startswith("torch.")
+    ]  # fmt: skip
+    return min(found, default=None)
+
+
 #: Calls that start processes without torch's launchers, found at the top level of a file.
 PROCESS_STARTERS = frozenset({"Process", "Pool", "elastic_launch"})
 
@@ -218,6 +239,18 @@ def _top_level_starts(tree: ast.Module) -> bool:
     """True when code outside any function starts processes (``Process(...).start()``...)."""
     return any(
         isinstance(n, ast.Call) and called_name(n) in PROCESS_STARTERS for n in top_level(tree)
+    )
+
+
+def _top_level_calls_own(tree: ast.Module) -> bool:
+    """True when code that runs at import calls a name the file binds itself (a function
+    it defines, or a name it assigns, such as a decorated function)."""
+    own = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    own |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+            if isinstance(t, ast.Name)}  # fmt: skip
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in own
+        for n in top_level(tree)
     )
 
 

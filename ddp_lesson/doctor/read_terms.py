@@ -132,6 +132,9 @@ class Reading:
         group_in_dataset: the line where a dataset class with ``__iter__`` asks the
             process group for the rank (``dist.get_rank()``...), which the DataLoader's
             workers run.
+        uncalled_test: the first line that names ``torch.cuda.is_available`` (or
+            another ``is_...`` test of torch's) without calling it: a function is
+            always true.
     """
 
     path: Path
@@ -151,6 +154,7 @@ class Reading:
     self_subprocess: bool = False
     group_in_dataset: int | None = None
     gpu_branch: bool = False
+    uncalled_test: int | None = None
     release_on_error: int | None = None
 
     def source(self, line: int | None) -> str:

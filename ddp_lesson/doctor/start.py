@@ -20,6 +20,7 @@ for that, which spares each one the seconds of importing torch again.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import multiprocessing
 import multiprocessing.util
@@ -29,6 +30,7 @@ import random
 import runpy
 import subprocess
 import sys
+import time
 import traceback
 import types
 from collections.abc import Callable
@@ -38,6 +40,7 @@ import torch
 
 from ..launch import AGENT_STORE_ENV, torch_hooks
 from . import probe, start_follow
+from .read_syntax import is_main_block
 from .read_terms import TORCHRUN_VARIABLES
 from .record import SELF_LAUNCH, SELF_SUBPROCESS, Settings
 
@@ -117,9 +120,42 @@ def _route(fn: Callable, args: tuple) -> tuple[str, str]:
     return by, probe.called_name(target)
 
 
+def _at_import() -> int | None:
+    """The line of the script's top level, outside ``if __name__ == "__main__":``, that led
+    to this start of processes (None when it runs under the guard, or from no such line)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and probe.is_learner(frame.f_code.co_filename):
+            line = frame.f_lineno
+            tree = ast.parse(Path(frame.f_code.co_filename).read_text())
+            guarded = [n for n in tree.body if is_main_block(n)]
+            return None if any(n.lineno <= line <= n.end_lineno for n in guarded) else line
+        frame = frame.f_back
+    return None
+
+
+def _started_at_import(by: str, start_method: str) -> None:
+    """Stop the script when a start of processes that imports the file again in each new
+    process (the spawn method) is reached from code that runs at import."""
+    line = _at_import() if start_method != "fork" else None
+    if line is None:
+        return
+    probe.stop_at_stage(
+        "spawning",
+        f"{by} (line {probe.learner_line(3)}) is reached from line {line}, which runs when "
+        'the file is imported, outside `if __name__ == "__main__":`. Every process it '
+        f"starts imports this file again, reaches line {line} and would start processes "
+        "again; Python stops it ('An attempt has been made to start a new process before "
+        f"the current process has finished its bootstrapping phase'). Put line {line} "
+        'under `if __name__ == "__main__":`',
+        line,
+    )
+
+
 def _start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
     """``mp.start_processes`` in the script's process: recorded, each process probed."""
     by, runs = _route(fn, tuple(args))
+    _started_at_import(by, start_method)
     first = sum(s["nprocs"] for s in probe.current().spawns)  # started by earlier calls
     probe.current().spawns.append(
         {"nprocs": nprocs, "nargs": len(args), "line": probe.learner_line(), "by": by,
@@ -143,11 +179,49 @@ def _start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_metho
     with start_follow.inside_torch_start():
         context = _torch_start[0](target, given, nprocs, False, daemon, start_method=method)
     if not join:
+        if daemon:  # ended with the script's process unless it joins them
+            _unjoined.append([context, probe.current().spawns[-1], False])
+            real_join = context.join
+
+            def join_noted(*args, _seen=_unjoined[-1], **kwargs):
+                _seen[2] = True
+                return real_join(*args, **kwargs)
+
+            context.join = join_noted
         return context
     # (torch leaves a raising rank's error file behind: the doctor's run removes it)
     while not context.join():
         pass
     return None
+
+
+#: Daemonic processes started with join=False: [context, the start's record, joined yet].
+_unjoined: list[list] = []
+
+
+def _left_unjoined(record) -> bool:
+    """Stop the processes the script started as daemons and never joined, and say so
+    (True) when some still ran as the script's own code ended."""
+    for context, start, joined in _unjoined:
+        running = [p for p in context.processes if p.is_alive()]
+        if joined or not running:
+            continue
+        for process in running:
+            process.terminate()
+        record.stop = {
+            "stage": "spawning",
+            "evidence": (
+                f"{start['by']} (line {start['line']}) started {start['nprocs']} daemonic "
+                "process(es) with join=False, and the script never joined them: its own code "
+                "ended while they still ran, and a daemonic process ends with the process that "
+                "started it, so they were stopped before they could finish. Keep what it "
+                "returns and join it (`while not context.join(): pass`), or leave join=True"
+            ),
+            "line": start["line"],
+            "time": time.time(),
+        }
+        return True
+    return False
 
 
 def _spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
@@ -263,6 +337,8 @@ def script_process(index: int, settings: Settings, path: str, argv: list[str]) -
             code = 1
     except BaseException as error:
         record.error = probe.error_entry(error)
+        code = 1
+    if code == 0 and _left_unjoined(record):
         code = 1
     record.returned = code == 0
     probe.save()

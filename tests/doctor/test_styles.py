@@ -118,6 +118,22 @@ SAYS = {
         "released the group (destroy_process_group, line 53)"
     },
     "node_rank": {"process_group": "both claimed rank 0"},
+    "step_every_micro_batch": {
+        "model_wrapping": "optimizer.step() (line 33) ran after every micro-batch, also right "
+        "after a backward (line 32) of a forward pass (line 31) inside model.no_sync()"
+    },
+    "daemons_not_joined": {
+        "spawning": "mp.spawn (line 30) started 2 daemonic process(es) with join=False, and "
+        "the script never joined them"
+    },
+    "backend_test_uncalled": {
+        "process_group": "line 12 (`if torch.cuda.is_available:  # planted: process_group`) "
+        "names a test without calling it"
+    },
+    "main_called_at_import": {
+        "spawning": "mp.spawn (line 22) is reached from line 25, which runs when the file is "
+        'imported, outside `if __name__ == "__main__":`'
+    },
     "nodes_from_arguments": {
         "process_group": "world_size=4, a world of 2 machines with 2 process(es) each (line "
         "27: `total = opts.nnodes * opts.procs_per_node`), but this machine started 2"

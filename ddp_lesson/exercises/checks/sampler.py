@@ -216,13 +216,14 @@ def _items_dropped(
 ) -> Result:
     """check_sampler's failure when the ranks' shares are equal but leave items out."""
     met = {i for m in mine for i in m}
-    where = [f"the {name}" for name in ("loader", "sampler") if drop_last.get(name)]
-    why = (
-        f"; {' and '.join(where)} had drop_last=True, which leaves out the items that do not "
-        "fill a last whole batch (or share)"
-        if where
-        else ""
-    )
+    does = {
+        "loader": "the DataLoader had drop_last=True, which leaves out a last batch that is "
+        "not full",
+        "sampler": "the sampler had drop_last=True, which leaves out the items that do not "
+        "make a whole share for every rank",
+    }
+    said = [does[name] for name in ("loader", "sampler") if drop_last.get(name)]
+    why = f"; {' and '.join(said)}" if said else ""
     return failed(
         "check_sampler",
         stage=DATA,

@@ -80,8 +80,8 @@ def _elsewhere(wrong: Result | None, world_size: int) -> Result | None:
         return wrong
     return dataclasses.replace(
         wrong,
-        happened=f"called again as start(main, {world_size}, port), as on a machine with "
-        f"{world_size} devices: {wrong.happened}",
+        happened=f"called again as start(main, {world_size}, port), on this same machine, "
+        f"as for a world of {world_size}: {wrong.happened}",
         fix=f"{wrong.fix} (start is given world_size: does every number in it follow that "
         "argument?)",
     )
