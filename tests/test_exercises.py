@@ -178,6 +178,14 @@ def start_count_written_in(main, world_size, port):
     mp.spawn(main, args=(world_size, port), nprocs=PLAN.world_size)  # this machine's count, fixed
 
 
+def start_each_then_wait(main, world_size, port):  # each process ends before the next
+    context = mp.get_context("spawn")
+    for rank in range(world_size):
+        process = context.Process(target=main, args=(rank, world_size, port))
+        process.start()
+        process.join()
+
+
 def start_stub(main, world_size, port):
     raise NotImplementedError("your code here")
 
@@ -194,6 +202,8 @@ def start_stub(main, world_size, port):
         # right for this machine's world size alone: called again with another, it starts
         # the same count
         (start_count_written_in, PLAN.world_size, "called again as start(main, "),
+        # every rank once, told the right world size, but never two running at once
+        (start_each_then_wait, PLAN.world_size, "the processes ran one after another"),
     ],
 )
 def test_check_spawn_fails_wrong_answers(start, world_size, fragment):

@@ -71,7 +71,26 @@ def _started(name: str, start: Callable, world_size: int) -> Result | None:
     if isinstance(got, Result):
         return got
     wrong = _one_process_per_rank(name, world_size, [r["rank"] for r in got])
-    return wrong if wrong is not None else _told_world_size(name, got, world_size)
+    if wrong is None:
+        wrong = _told_world_size(name, got, world_size)
+    return wrong if wrong is not None else _one_after_another(name, got)
+
+
+def _one_after_another(name: str, got: list[probes.RankReport]) -> Result | None:
+    """A failure if some rank ran while the others of its world were not running."""
+    alone = sorted(r["rank"] for r in got if not r["together"])
+    if not alone:
+        return None
+    return failed(
+        name,
+        stage=SPAWNING,
+        expected="every rank running at the same time, as a process group needs them",
+        happened=f"{'rank' if len(alone) == 1 else 'ranks'} {', '.join(map(str, alone))} "
+        f"waited {probes.TOGETHER_S:.0f} s for the other ranks to be running, and they were "
+        "not: the processes ran one after another, so in a real run the first would wait in "
+        "init_process_group for partners that start only after it ends",
+        fix="start(): does it wait for a process to end before it starts the next one?",
+    )
 
 
 def _elsewhere(wrong: Result | None, world_size: int) -> Result | None:

@@ -19,6 +19,7 @@ class RankReport(TypedDict):
     rank: int
     world_size: int
     pid: int
+    together: bool  # every rank of its world was running while this one waited for them
 
 
 class GroupReport(TypedDict):
@@ -60,10 +61,35 @@ class WrapReport(TypedDict):
     reference: torch.Tensor  # the reference's gradients: rank 0's start, averaged over ranks
 
 
+#: Seconds a rank waits for the others of its world to be running too: a start of
+#: processes that runs them at once has them all up within seconds, even on a busy
+#: machine; one that waits for each to end before the next never does.
+TOGETHER_S = 20.0
+
+
 @sends(RankReport)
 def report_rank(rank: int, world_size: int, port: int) -> None:
-    """Report this process's rank, the world size it was given, and its pid."""
-    send_typed(RankReport(rank=rank, world_size=world_size, pid=os.getpid()))
+    """Report this process's rank, the world size it was given, its pid, and whether every
+    rank of that world was running at once (as a process group needs them)."""
+    together = _all_running(world_size, port)
+    send_typed(RankReport(rank=rank, world_size=world_size, pid=os.getpid(), together=together))
+
+
+def _all_running(world_size: int, port: int) -> bool:
+    """Count this process in at the launch's store, then wait (up to :data:`TOGETHER_S`)
+    until ``world_size`` processes have: True when they all have."""
+    import time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
+    running = store.add("exercise/running", 1)
+    deadline = time.monotonic() + TOGETHER_S
+    while running < world_size and time.monotonic() < deadline:
+        time.sleep(0.05)
+        running = store.add("exercise/running", 0)
+    return running >= world_size
 
 
 #: The environment variable that tells ``init_process_group`` a store is already hosted.
