@@ -37,7 +37,10 @@ def judge_spawning(reading, outcome) -> Judged:
                 f"torchrun's variables (subprocess, line {reading.agent_line}),"
             )
         elif reading.agent_line is not None:
-            by = f"torchrun's agent, which the script starts on itself (line {reading.agent_line}),"
+            by = (
+                "torchrun, in place of the script's own start of torchrun's agent on itself "
+                f"(line {reading.agent_line}),"
+            )
         fine["spawning"] = (
             f"{by} started {len(entered)} process(es) (RANK "
             f"{min(r.rank for r in entered)}..{max(r.rank for r in entered)}), each running "

@@ -189,7 +189,8 @@ SAYS = {
     },
     "self_launch": {
         "launch": "torchrun --standalone --nproc-per-node=2 self_launch.py",
-        "spawning": "torchrun's agent, which the script starts on itself (line 37), started 2",
+        "spawning": "torchrun, in place of the script's own start of torchrun's agent on "
+        "itself (line 37), started 2",
     },
     "wrap_in_loop": {
         "spawning": "mp.spawn started 2 process(es), each running worker",
