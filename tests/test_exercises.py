@@ -380,6 +380,8 @@ def test_check_sampler_prediction_passes_a_right_answer():
         ("wrap_missing.py", "wrap returned a NeuralNetwork"),
         # the wrapper is built (so the weights were broadcast) but thrown away
         ("wrap_returns_inner.py", "gradients differ by up to"),
+        # a DDP wrapper on every rank, told not to copy rank 0's weights as it wraps
+        ("wrap_no_first_copy.py", "wrap returned a DistributedDataParallel on every rank, yet"),
         pytest.param(
             "wrap_gpu_form_on_cpu.py",
             "a model on the CPU has none",
@@ -623,7 +625,8 @@ def test_check_ddp_script_spots_the_exercise_stubs(tmp_path):
 @pytest.mark.parametrize(
     ("answer", "stage_title", "fragment"),
     [
-        ("launchers_global_device.py", CONNECTING, "the device follows the local rank"),
+        ("launchers_global_device.py", CONNECTING, "LOCAL_RANK (which GPU of its own node"),
+        ("launchers_gpus_for_the_world.py", CONNECTING, "against how many processes did it"),
         ("launchers_main_forgets_local.py", STARTING, "KeyError: 'LOCAL_RANK'"),
         ("launchers_local_as_rank.py", CONNECTING, "global rank"),
         ("launchers_fixed_port.py", STARTING, "not at the port main was given"),
@@ -959,7 +962,7 @@ def test_check_hooks_names_handles_of_earlier_steps_kept_and_waited_for_again():
     ("check", "answer", "hint", "line"),
     [
         ("check_launchers", "launchers_device_from_global_rank.py",
-         "the device follows the local rank", 'device_for(int(os.environ["LOCAL_RANK"])'),
+         "LOCAL_RANK (which GPU", 'device_for(int(os.environ["LOCAL_RANK"])'),
         ("check_seeds", "practice_seeds_shared_generator_class.py",
          "which every rank here seeds alike",
          "DataLoader(..., generator=torch.Generator().manual_seed(seed + rank))"),

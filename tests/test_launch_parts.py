@@ -18,7 +18,7 @@ from waiting import wait_until
 
 import ddp_lesson.measures
 from ddp_lesson.launch import LaunchError, LaunchTimeout, Supervisor, capture, processes
-from ddp_lesson.launch.failures import Failures
+from ddp_lesson.launch.failures import Failures, worth_showing
 from ddp_lesson.launch.rank_starter import RankStarter
 from ddp_lesson.launch.state import LaunchState
 from ddp_lesson.launch.watching import Watcher
@@ -326,3 +326,13 @@ def test_a_stack_read_while_the_rank_still_writes_it_is_waited_for(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_torchs_note_on_a_store_the_launch_already_hosts_is_not_shown():
+    printed = (
+        "[E1207 16:45:12.153370475 TCPStore.cpp:277] [c10d] The server socket on 55805 has "
+        "failed to bind. TORCHELASTIC_USE_AGENT_STORE is enabled so ignoring the error.\n"
+        "group of 2 on gloo\n"
+    )
+    assert worth_showing(printed) == "group of 2 on gloo"
+    assert worth_showing("loss 0.5\nloss 0.4\n") == "loss 0.5\nloss 0.4"

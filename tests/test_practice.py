@@ -126,6 +126,9 @@ def test_check_global_batch_passes_a_right_answer_and_spots_stubs():
     ("answer", "fragment"),
     [
         ("practice_accumulate_sync_every.py", "4 all-reduces of the whole gradient"),
+        # the backwards sit in no_sync(), the forwards did not: the reading of no_sync() is
+        # the forward's
+        ("practice_accumulate_forward_outside.py", "is each of those forwards inside it"),
         ("practice_accumulate_unscaled.py", "a step 4 times as large"),
         ("practice_accumulate_never_sync.py", "DDP's own gradient exchange never ran"),
         ("practice_accumulate_cleared_each.py", "zero_grad() ran 3 time(s) after a backward"),

@@ -259,6 +259,32 @@ def _told_alike(first: list[dict]) -> str:
     return ""
 
 
+def _epochs_apart(first: list[dict]) -> str:
+    """DistributedSamplers that shuffle, at different epochs on different ranks: the text."""
+    epochs = [e.get("epoch") for e in first]
+    if not all(e.get("shuffle") for e in first) or None in epochs or len(set(epochs)) < 2:
+        return ""
+    given = ", ".join(f"rank {e.get('rank', at)}: {e['epoch']}" for at, e in enumerate(first))
+    return (
+        f"the ranks' DistributedSamplers were at different epochs ({given}, as set_epoch "
+        "gave them), and the epoch seeds the shuffle, so each rank shuffled the data set its "
+        "own way before taking its part, and the parts overlap; give every rank the same "
+        "epoch number (the training loop's epoch)"
+    )
+
+
+def _overlap_line(first: list[dict], ranks) -> int | None:
+    """The line that owns overlapping shares: the sampler's when it was given different
+    seeds or told one rank everywhere, set_epoch's when the ranks' epochs differ."""
+    if _epochs_apart(first):
+        mine = first[0]["sampler_id"]
+        calls = [c for r in ranks[:1] for c in r.set_epochs if c["sampler_id"] == mine]
+        return calls[0]["line"] if calls else None
+    if _seeds_apart(first) or _told_alike(first):
+        return first[0].get("sampler_line")
+    return None
+
+
 def _overlap_text(first: list[dict], shared: set[int]) -> str:
     """What the ranks' overlapping training shards were: the whole data set each, or a part."""
     size, sampler = first[0]["size"], first[0]["sampler"]
@@ -280,6 +306,8 @@ def _overlap_text(first: list[dict], shared: set[int]) -> str:
             "shuffled the data set its own way before taking its part, and the parts overlap; "
             "give every rank the same seed (it is the shuffle's seed, not the rank's)"
         )
+    elif _epochs_apart(first):
+        said += f": {_epochs_apart(first)}"
     return said
 
 
@@ -334,8 +362,7 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
         unseen = _unseen(first, len(ranks))
         # a padding's few repeats beside many items unseen: the unseen items are the fault
         if trained and shared and not padded and not (unseen and len(shared) < len(first)):
-            seeded = _seeds_apart(first) or _told_alike(first)  # the sampler's line owns it
-            at = first[0].get("sampler_line") if seeded else None
+            at = _overlap_line(first, ranks)
             note_shown(shown, "data_division", _overlap_text(first, shared), at or line)
             continue
         if not trained and padded:

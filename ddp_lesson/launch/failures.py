@@ -10,6 +10,16 @@ from __future__ import annotations
 from . import errors
 from .state import LaunchState
 
+#: What torch prints when a rank's own store cannot take the port the launch's store holds.
+HOSTED_STORE_NOTE = "TORCHELASTIC_USE_AGENT_STORE is enabled so ignoring the error"
+
+
+def worth_showing(output: str) -> str:
+    """What the ranks printed, less torch's note that a store a rank hosts itself yields to
+    the launch's (which the launch tells every rank is there): its plumbing, not the
+    learner's."""
+    return "\n".join(line for line in output.rstrip().splitlines() if HOSTED_STORE_NOTE not in line)
+
 
 class Failures:
     """Errors for a launch that ended.
@@ -104,9 +114,10 @@ class Failures:
     def _ended_without_error(self, early: list[str]) -> None:
         """Show what the ranks printed; raise if no rank started or one left without its report."""
         state = self.state
-        if state.output.strip():
+        said = worth_showing(state.output)
+        if said.strip():
             # Nothing failed: show what the ranks printed, after the fact.
-            print("What the ranks printed:\n" + state.output.rstrip())
+            print("What the ranks printed:\n" + said)
         if state.spawn_calls and state.started == 0 and not state.reports:
             raise errors.LaunchError(
                 "no process was started: mp.spawn(..., nprocs=0) returns at once and runs "

@@ -42,6 +42,11 @@ SAYS = {
          "8"],
         [],
     ),
+    "epoch_offset_by_rank": (
+        ["went to more than one rank", "DistributedSamplers were at different epochs (rank 0: "
+         "0, rank 1: 1, as set_epoch gave them)", "give every rank the same epoch number"],
+        [],
+    ),
     "sampler_rank_defaulted": (
         ["went to more than one rank", "DistributedSamplers (line 15) were told the same rank "
          "(rank 0: rank=0, rank 1: rank=0)", "give each its own rank"],

@@ -121,8 +121,9 @@ def _exchanges_wrong(exchanges: float, k: int, ranks_gap: float) -> Result | Non
             stage=MODEL,
             expected="one all-reduce of the gradients per optimiser step",
             happened=f"{exchanges:g} all-reduces of the whole gradient for {k} micro-batches",
-            fix="accumulate_step's loop: every backward but the last must leave out DDP's "
-            "all-reduce, and only the last one exchange the sum",
+            fix="accumulate_step's loop: every micro-batch but the last must leave out DDP's "
+            "all-reduce, and only the last one exchange the sum; DDP reads model.no_sync() at "
+            "the forward pass, so is each of those forwards inside it, not only its backward?",
             answer=ONE_EXCHANGE,
         )
     return None

@@ -300,8 +300,15 @@ def _wrong(
             stage=GROUP,
             expected=f"process {rank} {where} to use {device}",
             happened=f"ddp_setup chose {r['device']}{extra}",
-            fix="ddp_setup, where it picks the device: the device follows the local rank (which "
-            "GPU of its own node a process drives), not the global rank",
+            fix="ddp_setup, where it picks the device: the device follows this node's numbers, "
+            "LOCAL_RANK (which GPU of its own node a process drives) and LOCAL_WORLD_SIZE (how "
+            "many processes share the node's GPUs), not the global RANK and WORLD_SIZE"
+            + (
+                f"; it chose the CPU on a node with a GPU for each of its {per_node} "
+                "processes: against how many processes did it count the GPUs?"
+                if per_node and r["device"] == "cpu" and device != "cpu"
+                else ""
+            ),
             answer=DEVICE_LINE,
         )
     selection = selection_wrong(NAME, r, device, where) if per_node else None

@@ -290,6 +290,18 @@ def _same_on_every_rank(name: str, got: list[probes.WrapReport]) -> Result | Non
     """A failure if the weights or the gradients differ between ranks by more than SAME."""
     for key, what in (("params", "weights"), ("grads", "gradients")):
         gap = reports.max_abs_difference([r[key] for r in got])
+        if gap > SAME and key == "params" and all(r["is_ddp"] for r in got):
+            return failed(
+                name,
+                stage=MODEL,
+                expected="identical weights on every rank once wrap returns",
+                happened=f"wrap returned a DistributedDataParallel on every rank, yet their "
+                f"weights differ by up to {gap:.3g} after one backward and no optimiser step: "
+                "DDP copies rank 0's weights to the other ranks when it wraps a model, so that "
+                "copy was turned off, or the weights changed after it",
+                fix="wrap: does DDP(...) make its copy of rank 0's weights, and does anything "
+                "change them afterwards?",
+            )
         if gap > SAME:
             return failed(
                 name,
