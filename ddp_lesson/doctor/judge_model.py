@@ -314,8 +314,8 @@ def _stepped_apart_later(
         counts = ", ".join(f"rank {r.rank}: {len(r.schedules)}" for r in ranks)
         why = (
             f"their learning rates differ ({said}): the scheduler at line {line} "
-            f"stepped a different number of times on each rank ({counts}); step it "
-            "on every rank"
+            f"stepped a different number of times on each rank ({counts}, by the end of the "
+            "run); step it on every rank"
         )
     return (
         f"the ranks' parameters were identical before optimizer step {k + 1} of the "
@@ -336,8 +336,8 @@ def _loaded_after(ranks: list[ProcessRecord], trails, k: int) -> tuple[str, int]
         f"after optimizer step {k + 1}, rank(s) {', '.join(map(str, loaded))} loaded a state "
         f"dict into the model (line {line}) and rank(s) {others} did not, so the ranks went "
         "on from different weights: DDP copies rank 0's parameters to the others only when "
-        "it wraps the model. Load on every rank (map_location to each rank's device), or "
-        "load before DDP(...)",
+        "it wraps the model. Load on every rank (map_location to each rank's device), the "
+        "optimiser's state as well as the model's (or the model before DDP(...))",
         line,
     )
 

@@ -178,7 +178,7 @@ def _files_notes(reading: Reading, outcome: Outcome) -> list[str]:
             "your files are as they were"
         )
     started = programs_started("\n".join(reading.sources)) if reading.sources else []
-    if reading.self_subprocess:  # that start was the script's launch of itself, run by torchrun
+    if reading.agent_line is not None:  # the script's launch of itself, run by torchrun
         started = [line for line in started if line != reading.agent_line]
     if started:
         where = ", ".join(map(str, started))

@@ -52,6 +52,7 @@ the parts can be imported from here too.
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import os
@@ -225,6 +226,35 @@ def install_model_recording() -> None:
     wrap_for_good(clipping, "clip_grad_norm_", recorded_clip_norm)
     wrap_for_good(clipping, "clip_grad_value_", recorded_clip_value)
     wrap_for_good(torch.optim.lr_scheduler.LRScheduler, "step", recorded_schedule)
+    wrap_for_good(threading.Thread, "start", recorded_thread_start)
+
+
+def recorded_thread_start(original):
+    """``Thread.start``: note the learner's line that started the thread."""
+
+    def start(self, *args, **kwargs):
+        self._doctor_line = learner_line()
+        return original(self, *args, **kwargs)
+
+    return start
+
+
+#: Seconds the threads a rank's function left running have, together, to end by themselves.
+THREADS_END_S = 3.0
+
+
+def threads_left() -> list[tuple[str, int | None]]:
+    """The threads the learner's lines started that still run, are not daemons and do not
+    end within :data:`THREADS_END_S`: each keeps its process from exiting (name, line)."""
+    running = [
+        t for t in threading.enumerate()
+        if t is not threading.main_thread() and t.is_alive() and not t.daemon
+        and getattr(t, "_doctor_line", None) is not None
+    ]  # fmt: skip
+    deadline = time.monotonic() + THREADS_END_S
+    for thread in running:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [(t.name, t._doctor_line) for t in running if t.is_alive()]
 
 
 #: How torch's ``mp.spawn`` names the file a rank writes its traceback to
@@ -306,6 +336,21 @@ def finish(leave: bool = True) -> None:
     """
     record = process_state["record"]
     record.returned = True
+    left = threads_left()
+    if left and record.claimed_rank is not None:
+        name, line = left[0]
+        record.stop = {
+            "stage": "teardown",
+            "evidence": (
+                f"rank {record.claimed_rank}'s thread {name!r} (started at line {line}) was "
+                "still running when the rank's function returned: it is not a daemon, so the "
+                "process cannot exit until the thread ends, and whatever waits for the "
+                "process (mp.spawn's join, torchrun's agent) waits for ever; stop the thread "
+                "on every rank before returning (or make it a daemon)"
+            ),
+            "line": line,
+            "time": time.time(),
+        }
     gc.collect()
     record.alive_at_return = dist.is_initialized()
     mark_done()
@@ -335,6 +380,34 @@ def exit_code(done: SystemExit) -> int:
     return done.code if isinstance(done.code, int) else 1
 
 
+def _cannot_take(fn: Callable, args: tuple, error: TypeError) -> str:
+    """Why ``fn`` cannot be called with a process number and ``args``, as the start calls it."""
+    if isinstance(fn, functools.partial):
+        inner = fn.func
+        name = getattr(inner, "__name__", "main")
+        code = getattr(inner, "__code__", None)
+        first = next(iter(inspect.signature(inner).parameters), None)
+        if first in fn.keywords:
+            at = f" (line {code.co_firstlineno})" if code is not None else ""
+            return (
+                f"the process's start passes the process number as the first positional "
+                f"argument, which is {name}'s first parameter, {first}{at}; but "
+                f"functools.partial already gives {first} by keyword, so {name}() gets two "
+                f"values for it. Put the rank first in {name}'s parameters, "
+                f"def {name}(rank, ...), and bind the others by keyword"
+            )
+        return (
+            f"{name}(), through functools.partial, cannot take the process number plus the "
+            f"{len(args)} argument(s) given ({error})"
+        )
+    takes = len(inspect.signature(fn).parameters)
+    return (
+        f"{getattr(fn, '__name__', 'main')}() takes {takes} argument(s), but it was "
+        f"called with {1 + len(args)}: the rank plus the {len(args)} argument(s) "
+        f"given ({error})"
+    )
+
+
 def call_main(index: int, fn: Callable, args: tuple) -> None:
     """Call the learner's ``fn(index, *args)`` and record how it ended."""
     record = process_state["record"]
@@ -343,12 +416,7 @@ def call_main(index: int, fn: Callable, args: tuple) -> None:
     try:
         inspect.signature(fn).bind(index, *args)
     except TypeError as error:
-        takes = len(inspect.signature(fn).parameters)
-        message = (
-            f"{getattr(fn, '__name__', 'main')}() takes {takes} argument(s), but it was "
-            f"called with {1 + len(args)}: the rank plus the {len(args)} argument(s) "
-            f"given ({error})"
-        )
+        message = _cannot_take(fn, args, error)
         record.error = {
             "type": "TypeError",
             "message": message,

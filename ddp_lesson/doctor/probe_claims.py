@@ -40,6 +40,7 @@ def check_claim(rank, world_size) -> None:
     nprocs = process_state.get("nprocs", 0)
     if world_size is None or world_size < 1 or rank is None or not 0 <= rank < world_size:
         _swapped(rank, world_size, nprocs)
+        _numbered_apart(rank, world_size)
         why, line = defaulted("WORLD_SIZE")
         stop_at_stage(
             "process_group",
@@ -54,7 +55,7 @@ def check_claim(rank, world_size) -> None:
         stop_at_stage(
             "spawning",
             f"only {nprocs} process(es) were started for a world of {world_size}, the "
-            f"world_size {told} was given: the group would wait forever for the missing "
+            f"world_size {told} was given: the group would wait {_how_long()} for the missing "
             "ranks; the processes started and the world_size given must be one number "
             "(e.g. nprocs=world_size, from the same variable)",
         )
@@ -89,11 +90,32 @@ def _nodes_world(world_size: int, nprocs: int) -> None:
         "process_group",
         f"init_process_group (line {init}) was given world_size={world_size}, a world "
         f"of {nodes} machines with {nprocs} process(es) each{where}, but this machine "
-        f"started {nprocs}, and no other machine joins: the group would wait forever for "
+        f"started {nprocs}, and no other machine joins: the group would wait {_how_long()} for "
         f"ranks {nprocs}..{world_size - 1}. Run on one machine, the number of machines must "
         f"be 1{count}; on {nodes}, start the script on each with its own node rank",
         made or init,
     )
+
+
+def _numbered_apart(rank, world_size) -> None:
+    """Stop when a process the script started with ``multiprocessing.Process`` was given, as
+    its first argument, the rank it claims, outside the world: the start numbers them wrong."""
+    first, runs = process_state.get("started_with") or (None, None)
+    if runs is None or first != rank or isinstance(first, bool) or not isinstance(rank, int):
+        return
+    stop_at_stage(
+        "spawning",
+        f"this process was started with multiprocessing.Process and given {rank} as its first "
+        f"argument, which {runs} passes to init_process_group as the rank; in a world of "
+        f"{world_size} the ranks are 0..{world_size - 1}: number the processes the loop "
+        "starts from 0 (range(world_size), or enumerate without start=)",
+    )
+
+
+def _how_long() -> str:
+    """How long a group waits for ranks that never come: its own timeout, if it was given."""
+    limit, _ = process_state.get("group_timeout") or (None, None)
+    return f"until its {limit:g} s timeout" if limit is not None else "for ever"
 
 
 def _swapped(rank, world_size, nprocs: int) -> None:

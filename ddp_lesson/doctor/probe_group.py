@@ -143,6 +143,9 @@ def recorded_init(*args, **kwargs):
         "address": os.environ.get("MASTER_ADDR"),
     }
     process_state["init_frames"] = learner_frames(sys._getframe(1))
+    timeout = given.get("timeout")
+    if isinstance(timeout, datetime.timedelta):  # the group's own, which the doctor's waits hide
+        process_state["group_timeout"] = (timeout.total_seconds(), record.init["line"])
     save_record()
     check_claim(rank, world_size)
     store = recorded_store()
@@ -241,7 +244,8 @@ def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
     """
     store = recorded_store()
     keys = [group_key("coll", step, r) for r in range(size)]
-    deadline = time.monotonic() + process_state["settings"].wait_s
+    began = time.monotonic()
+    deadline = began + process_state["settings"].wait_s
     seen: dict[int, tuple[bytes, float]] = {}  # what each missing rank was doing, since when
     while time.monotonic() < deadline:
         missing = [r for r in range(size) if not store.check([keys[r]])]
@@ -254,7 +258,9 @@ def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
         with contextlib.suppress(dist.DistStoreError):
             store.wait([keys[missing[0]]], datetime.timedelta(seconds=0.25))
     else:
+        outwaited(name, line, rank, time.monotonic() - began)
         return  # the real call waits out the group's own timeout
+    outwaited(name, line, rank, time.monotonic() - began)
     ops = {r: store.get(keys[r]).decode().split(":") for r in range(size)}
     if len({op[0] for op in ops.values()}) > 1:
         said = ", ".join(f"rank {r}: {op[0]} at line {op[1]}" for r, op in ops.items())
@@ -275,6 +281,23 @@ def wait_for_all(name: str, line: int, step: int, rank: int, size: int) -> None:
             "sizes first)",
             line,
         )
+
+
+def outwaited(name: str, line: int, rank: int, waited: float) -> None:
+    """Stop when this rank waited for the others in a collective longer than the timeout the
+    script gave its group: run as written, the collective fails with a timeout there."""
+    limit, given_at = process_state.get("group_timeout") or (None, None)
+    if limit is None or waited <= limit:
+        return
+    stop_at_stage(
+        "process_group",
+        f"rank {rank} waited {waited:.1f} s in {name}() (line {line}) for the other ranks to "
+        f"reach it, longer than the {limit:g} s timeout its group was given (line {given_at}): "
+        f"run as written, {name}() fails with a timeout there (the doctor's own wait let it "
+        "go on). Give the group a timeout well beyond the work one rank does while the "
+        "others wait",
+        given_at,
+    )
 
 
 def left_without(store, name: str, line: int, rank: int, other: int) -> None:

@@ -27,6 +27,7 @@ COLLECTIVES = frozenset(
         "broadcast_object_list",
         "gather",
         "gather_object",
+        "new_group",  # (every rank of the default group must call it, whatever ranks= says)
         "reduce",
         "reduce_scatter",
         "reduce_scatter_tensor",

@@ -266,12 +266,16 @@ def _self_subprocess(popen_init: Callable) -> Callable:
         words = [args] if isinstance(args, str | os.PathLike) else list(args)
         env = kwargs.get("env")
         env = os.environ if env is None else env
+        # torchrun itself, run as a program: `torchrun ...` or `python -m torch.distributed.run`
+        agent = os.path.basename(str(words[0])) == "torchrun" or any(
+            str(w) in ("torch.distributed.run", "torch.distributed.launch") for w in words
+        )
         if (
             _program_of(str(words[0]), words[1:]) == probe.settings().file
-            and any(key in env for key in TORCHRUN_VARIABLES)
+            and (agent or any(key in env for key in TORCHRUN_VARIABLES))
             and probe.learner_line() is not None
         ):
-            probe.wants_torchrun(SELF_SUBPROCESS, probe.learner_line())
+            probe.wants_torchrun(SELF_LAUNCH if agent else SELF_SUBPROCESS, probe.learner_line())
         own = probe.is_learner(sys._getframe(1).f_code.co_filename)  # (not torch's agent's)
         if own and AGENT_STORE_ENV in env and len(rest) < 9:  # (env given by position: as is)
             # the switch that points a rank at the doctor's store is not for programs the

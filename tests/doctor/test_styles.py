@@ -118,6 +118,22 @@ SAYS = {
         "released the group (destroy_process_group, line 53)"
     },
     "node_rank": {"process_group": "both claimed rank 0"},
+    "watcher_thread_kept": {
+        "teardown": "rank 1's thread 'watcher' (started at line 28) was still running when "
+        "the rank's function returned"
+    },
+    "process_loop_from_one": {
+        "spawning": "given 2 as its first argument, which work passes to init_process_group "
+        "as the rank; in a world of 2 the ranks are 0..1"
+    },
+    "partial_binds_first": {
+        "spawning": "which is fit's first parameter, world_size (line 13); but "
+        "functools.partial already gives world_size by keyword"
+    },
+    "short_group_timeout": {
+        "process_group": "in barrier() (line 29) for the other ranks to reach it, longer than "
+        "the 2 s timeout its group was given (line 23)"
+    },
     "step_every_micro_batch": {
         "model_wrapping": "optimizer.step() (line 33) ran after every micro-batch, also right "
         "after a backward (line 32) of a forward pass (line 31) inside model.no_sync()"
@@ -186,6 +202,10 @@ SAYS = {
         "spawning": "rank 0 was waiting in init_process_group (line 17) for the 2 processes "
         "of its group while the script had started only 1: the script joins each process "
         "(line 45) before it starts the next",
+    },
+    "torchrun_as_program": {
+        "spawning": "torchrun, in place of the script's own start of torchrun's agent on "
+        "itself (line 38), started 2",
     },
     "self_launch": {
         "launch": "torchrun --standalone --nproc-per-node=2 self_launch.py",
