@@ -186,6 +186,10 @@ def start_each_then_wait(main, world_size, port):  # each process ends before th
         process.join()
 
 
+def start_fixed_port(main, world_size, port):  # the port written in, not the one given
+    mp.spawn(main, args=(world_size, 12355), nprocs=world_size)
+
+
 def start_stub(main, world_size, port):
     raise NotImplementedError("your code here")
 
@@ -204,6 +208,7 @@ def start_stub(main, world_size, port):
         (start_count_written_in, PLAN.world_size, "called again as start(main, "),
         # every rank once, told the right world size, but never two running at once
         (start_each_then_wait, PLAN.world_size, "the processes ran one after another"),
+        (start_fixed_port, PLAN.world_size, "main was given port 12355, not the one start()"),
     ],
 )
 def test_check_spawn_fails_wrong_answers(start, world_size, fragment):

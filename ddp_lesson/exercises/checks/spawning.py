@@ -146,7 +146,19 @@ def _spawned(name: str, start: Callable, world_size: int) -> list[probes.RankRep
             happened=quote(error),
             fix="the body of start(): one call to mp.spawn",
         )
-    return reports.reports_of(probes.report_rank, run.reports)
+    got = reports.reports_of(probes.report_rank, run.reports)
+    elsewhere = sorted({r["port"] for r in got} - {run.port})
+    if elsewhere:
+        return failed(
+            name,
+            stage=SPAWNING,
+            expected="main given the port start() was given",
+            happened=f"main was given port {', '.join(map(str, elsewhere))}, not the one "
+            "start() was given: the ranks are to meet at that one, and nothing waits for them "
+            "at another",
+            fix="start(): which port does it hand main, and where does that number come from?",
+        )
+    return got
 
 
 class _reports_to:

@@ -19,6 +19,7 @@ class RankReport(TypedDict):
     rank: int
     world_size: int
     pid: int
+    port: int  # the port main was given
     together: bool  # every rank of its world was running while this one waited for them
 
 
@@ -72,17 +73,24 @@ def report_rank(rank: int, world_size: int, port: int) -> None:
     """Report this process's rank, the world size it was given, its pid, and whether every
     rank of that world was running at once (as a process group needs them)."""
     together = _all_running(world_size, port)
-    send_typed(RankReport(rank=rank, world_size=world_size, pid=os.getpid(), together=together))
+    send_typed(
+        RankReport(rank=rank, world_size=world_size, pid=os.getpid(), port=port, together=together)
+    )
 
 
 def _all_running(world_size: int, port: int) -> bool:
     """Count this process in at the launch's store, then wait (up to :data:`TOGETHER_S`)
     until ``world_size`` processes have: True when they all have."""
+    import socket
     import time
     from datetime import timedelta
 
     import torch.distributed as dist
 
+    try:  # a port other than the launch's has no store: the check says so (RankReport.port)
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except (OSError, OverflowError, TypeError, ValueError):
+        return False
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
     running = store.add("exercise/running", 1)
     deadline = time.monotonic() + TOGETHER_S
