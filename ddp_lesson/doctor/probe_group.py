@@ -157,7 +157,6 @@ def recorded_init(*args, **kwargs):
         stop_at_stage("process_group", meeting_twice(where))
     if store.add(f"doctor/rank/{launch}/{rank}", 1) > 1:
         claimed_twice(rank)
-    store.delete_key(group_key("destroyed", rank))  # a release before this group's is no news
     join_group(store, used, rank, world_size)
 
 
@@ -221,9 +220,6 @@ def recorded_destroy(*args, **kwargs):
     process_state.pop("init_frames", None)  # a later init_process_group is no repeat
     if first:
         record.destroyed = {"line": learner_line(), "caller": caller_line(sys._getframe(1))}
-        with contextlib.suppress(Exception):  # tells a rank left waiting why this one is gone
-            store = process_state["store"]
-            store.set(group_key("destroyed", record.claimed_rank), str(record.destroyed["line"]))
         mark_done()
         save_record()
     with owned("teardown"):
@@ -301,27 +297,11 @@ def outwaited(name: str, line: int, rank: int, waited: float) -> None:
 
 
 def left_without(store, name: str, line: int, rank: int, other: int) -> None:
-    """Stop: rank ``other`` has ended without the collective ``rank`` waits in.
-
-    A barrier the other rank skipped on its way to releasing the group is a
-    wait for the ranks to finish that only some make, a teardown fault; any
-    other collective carries work (a metric, a copy), and the ranks' calls
-    went out of step while the group was in use.
-    """
+    """Stop: rank ``other`` has ended without the collective ``rank`` waits in."""
     done = int(store.get(group_key("done", other)))
     made = f" (it made {done} collective call(s) of its own)" if done else ""
     size = process_state["record"].claimed_world_size or 0
     quiet_apart(store, size, f"rank {rank} waits in {name}() at line {line}; rank {other} ended")
-    if name == "barrier" and store.check([group_key("destroyed", other)]):
-        released = int(store.get(group_key("destroyed", other)))
-        stop_at_stage(
-            "teardown",
-            f"rank {rank} waits in barrier() (line {line}), but rank {other} released the "
-            f"group (destroy_process_group, line {released}) and ended without calling "
-            f"it{made}: a barrier before the release that only some ranks reach never "
-            "completes; call it on every rank before destroy_process_group, or on none",
-            line,
-        )
     stop_at_stage(
         "process_group",
         f"rank {rank} waits in {name}() (line {line}), but rank {other} ended without "

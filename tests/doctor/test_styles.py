@@ -114,8 +114,8 @@ SAYS = {
     "check_in_between_rank0": {"process_group": "(line 17, called from line 35)"},
     "destroy_early": {"teardown": "after destroy_process_group() at line 22"},
     "finish_hook_rank0": {
-        "teardown": "rank 0 waits in barrier() (line 31), but rank 1 "
-        "released the group (destroy_process_group, line 53)"
+        "process_group": "rank 0 waits in barrier() (line 31), but rank 1 ended without "
+        "calling it"
     },
     "node_rank": {"process_group": "both claimed rank 0"},
     "watcher_thread_kept": {

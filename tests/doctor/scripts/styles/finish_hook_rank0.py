@@ -28,7 +28,7 @@ def on(event):
 @on("end")
 def save_weights(state):
     torch.save(state["model"].module.state_dict(), os.path.join(state["out"], "final.pt"))
-    dist.barrier()  # planted: teardown
+    dist.barrier()  # planted: process_group
 
 
 def fire(event, state):
