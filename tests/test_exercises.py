@@ -190,6 +190,10 @@ def start_fixed_port(main, world_size, port):  # the port written in, not the on
     mp.spawn(main, args=(world_size, 12355), nprocs=world_size)
 
 
+def start_port_as_text(main, world_size, port):  # right: the port as MASTER_PORT takes it
+    mp.spawn(main, args=(world_size, str(port)), nprocs=world_size)
+
+
 def start_stub(main, world_size, port):
     raise NotImplementedError("your code here")
 
@@ -227,6 +231,7 @@ def test_check_spawn_names_the_main_start_was_given_not_the_checks_own():
 def test_check_spawn_passes_a_right_answer_and_spots_stubs():
     assert checks.check_spawn(start_positional, PLAN.world_size)
     assert checks.check_spawn(start_bound_early, PLAN.world_size)
+    assert checks.check_spawn(start_port_as_text, PLAN.world_size)
     assert checks.check_spawn(start_stub, PLAN.world_size).status == checks.NOT_ATTEMPTED
     assert checks.check_spawn(start_right, ...).status == checks.NOT_ATTEMPTED
 

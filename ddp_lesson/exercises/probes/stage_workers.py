@@ -72,10 +72,15 @@ TOGETHER_S = 20.0
 def report_rank(rank: int, world_size: int, port: int) -> None:
     """Report this process's rank, the world size it was given, its pid, and whether every
     rank of that world was running at once (as a process group needs them)."""
-    together = _all_running(world_size, port)
-    send_typed(
-        RankReport(rank=rank, world_size=world_size, pid=os.getpid(), port=port, together=together)
+    try:
+        number = int(port)  # ("29500" works where main writes it into MASTER_PORT)
+    except (TypeError, ValueError):
+        number = -1
+    together = _all_running(world_size, number)
+    report = RankReport(
+        rank=rank, world_size=world_size, pid=os.getpid(), port=number, together=together
     )
+    send_typed(report)
 
 
 def _all_running(world_size: int, port: int) -> bool:
