@@ -243,13 +243,24 @@ def recorded_thread_start(original):
 THREADS_END_S = 3.0
 
 
+def _runs_learners_code(thread: threading.Thread) -> bool:
+    """Whether the thread runs a function of the learner's (its target, or the ``run`` of a
+    Thread subclass): a pool's workers (concurrent.futures) run Python's own, and Python
+    ends them at exit."""
+    target = getattr(thread, "_target", None)
+    if target is None and type(thread).run is not threading.Thread.run:
+        target = type(thread).run
+    code = getattr(getattr(target, "__func__", target), "__code__", None)
+    return code is not None and is_learner(code.co_filename)
+
+
 def threads_left() -> list[tuple[str, int | None]]:
     """The threads the learner's lines started that still run, are not daemons and do not
     end within :data:`THREADS_END_S`: each keeps its process from exiting (name, line)."""
     running = [
         t for t in threading.enumerate()
         if t is not threading.main_thread() and t.is_alive() and not t.daemon
-        and getattr(t, "_doctor_line", None) is not None
+        and getattr(t, "_doctor_line", None) is not None and _runs_learners_code(t)
     ]  # fmt: skip
     deadline = time.monotonic() + THREADS_END_S
     for thread in running:

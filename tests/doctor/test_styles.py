@@ -118,6 +118,8 @@ SAYS = {
         "calling it"
     },
     "node_rank": {"process_group": "both claimed rank 0"},
+    # a pool's worker thread (Python's own, ended at exit) is no thread left running
+    "checkpoint_writer_pool": {"teardown": "released the group"},
     "watcher_thread_kept": {
         "teardown": "rank 1's thread 'watcher' (started at line 28) was still running when "
         "the rank's function returned"
