@@ -354,10 +354,10 @@ def finish(leave: bool = True) -> None:
             "stage": "teardown",
             "evidence": (
                 f"rank {record.claimed_rank}'s thread {name!r} (started at line {line}) was "
-                "still running when the rank's function returned: it is not a daemon, so the "
-                "process cannot exit until the thread ends, and whatever waits for the "
-                "process (mp.spawn's join, torchrun's agent) waits for ever; stop the thread "
-                "on every rank before returning (or make it a daemon)"
+                f"still running {THREADS_END_S:g} s after the rank's function returned: it is "
+                "not a daemon, so the process cannot exit until the thread ends, and whatever "
+                "waits for the process (mp.spawn's join, torchrun's agent) waits as long; stop "
+                "the thread on every rank before returning (or make it a daemon)"
             ),
             "line": line,
             "time": time.time(),

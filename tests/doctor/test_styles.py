@@ -121,8 +121,8 @@ SAYS = {
     # a pool's worker thread (Python's own, ended at exit) is no thread left running
     "checkpoint_writer_pool": {"teardown": "released the group"},
     "watcher_thread_kept": {
-        "teardown": "rank 1's thread 'watcher' (started at line 28) was still running when "
-        "the rank's function returned"
+        "teardown": "rank 1's thread 'watcher' (started at line 28) was still running 3 s "
+        "after the rank's function returned"
     },
     "process_loop_from_one": {
         "spawning": "given 2 as its first argument, which work passes to init_process_group "
