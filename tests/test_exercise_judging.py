@@ -232,6 +232,7 @@ def test_hooks_that_all_reduce_the_loop_s_last_parameter_are_told_so():
         ("check_accumulate", "practice_accumulate_rewritten.py"),
         ("check_launchers", "launchers_reference_rewritten.py"),
         ("check_ddp_script", "script_reference_rewritten.py"),
+        ("check_ddp_script", "script_in_a_bounded_launch.py"),
         ("check_hooks", "inside_reference_rewritten.py"),
     ],
 )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..stages import KEYS
-from .judge_crash import crash_finding, crashes, stop_reasons
+from .judge_crash import STEPS_APART, crash_finding, crashes, stop_reasons
 from .judge_data import data_verdict
 from .judge_ending import passed_unseen, printed, unfinished, why_not_run
 from .judge_evidence import Shown
@@ -140,6 +140,8 @@ def verdict(
         fine.update(judged.fine)
         disproved.update(judged.disproved)
     shown, uneven = _uneven_explains(shown)
+    if uneven and crash.failure is not None and STEPS_APART in crash.failure.evidence:
+        diagnosis.failure = None  # a rank left waiting for its extra step: the data's fault
     _asked_in_workers(reading, shown)
     if "teardown" in fine and any(UNEVEN in s.finding.evidence for s in shown):
         fine["teardown"] += (

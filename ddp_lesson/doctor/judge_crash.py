@@ -151,6 +151,12 @@ def _statement(reading: Reading, line: int) -> str:
     return reading.source(line).split("#")[0].strip()
 
 
+#: What the failure of a rank left waiting by one with fewer steps asks for.
+STEPS_APART = (
+    "every rank must make the same number of training steps; find what differs between them"
+)
+
+
 def _gone_early(reading: Reading, other, waiter, error: dict, lost: str) -> str:
     """What a rank that returned while ``waiter`` still trained shows: its steps, if counted."""
     released = (other.destroyed or {}).get("line")
@@ -173,9 +179,8 @@ def _gone_early(reading: Reading, other, waiter, error: dict, lost: str) -> str:
             "run, which takes a few batches of each epoch) and returned from its "
             f"function{left.rstrip(',')}; rank {waiter.rank} went on past its step "
             f"{len(other.trail)} and gave up waiting for it{quote(reading, error['line'])} "
-            f"(it raised {error['type']}): every rank must make the same number of training "
-            "steps; find what differs between them (the batches each rank's data gives, an "
-            "epoch count, an early stop or a break decided on one rank)"
+            f"(it raised {error['type']}): {STEPS_APART} (the batches each rank's data gives, "
+            "an epoch count, an early stop or a break decided on one rank)"
         )
     return (
         f"rank {other.rank} had already returned from its function{left} when {lost} "

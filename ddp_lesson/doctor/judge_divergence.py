@@ -73,8 +73,22 @@ def first_parting(ranks: list[ProcessRecord]) -> int | None:
         if events[0]["event"] in ("backward", "before_step") and apart(
             [e["grads"] for e in events]
         ):
-            return k
+            if not _kept_local(t[: k + 1] for t in lines):
+                return k
     return None
+
+
+def _kept_local(lines) -> bool:
+    """Whether each rank's last event is a backward of a forward inside ``no_sync()``.
+
+    Its gradients stay on its rank on purpose (an accumulation's micro-batch):
+    apart, they part nothing until a step takes them (``before_step``)."""
+    for line in lines:
+        if len(line) < 2 or line[-1][1]["event"] != "backward":
+            return False
+        if line[-2][1]["event"] != "forward" or line[-2][1].get("synced", True):
+            return False
+    return True
 
 
 def between(rank: ProcessRecord, start: int, end: int, event: str) -> list[dict]:
@@ -96,6 +110,8 @@ def parting_cause(ranks: list[ProcessRecord]) -> Cause | None:
     now = [t[k][1] for t in lines]
     if kind == "forward" and apart([e["params"] for e in now]):
         return _changed_parameters(ranks, spans, before, now)
+    if kind == "before_step" and _kept_local(t[:k] for t in lines):
+        return _stepped_unsynced(ranks, lines, k - 1)
     if kind == "before_step":
         return _changed_gradients(ranks, spans, before, now)
     if kind == "step":
@@ -111,46 +127,46 @@ def _stepped_unsynced(ranks, lines, k: int) -> Cause | None:
     Inside ``no_sync()`` a backward keeps its gradients on its rank (the
     accumulation's micro-batches); a step must follow a backward outside it,
     whose all-reduce averages the sum. A step right after an unsynced
-    backward moves each rank by gradients of its own.
+    backward moves each rank by gradients of its own. ``k`` is the place of
+    that backward in the ranks' timelines (:func:`timelines`).
     """
-    forward = [t[k - 1][1] for t in lines]
-    if forward[0]["event"] != "forward" or forward[0].get("synced", True):
+    forward = lines[0][k - 1][1]
+    if forward["event"] != "forward" or forward.get("synced", True):
         return None
-    # the forwards up to the next step: accumulation has its last one outside no_sync()
-    rest = [e for _, e in lines[0][k + 1 :]]
-    ahead = rest[: next((i for i, e in enumerate(rest) if e["event"] == "before_step"), 0) + 1]
-    if not ahead or ahead[-1]["event"] != "before_step":
+    after = [e for _, e in lines[0][k + 1 :]]
+    if not after or after[0]["event"] != "before_step":
         return None
-    if any(e["event"] == "forward" and e.get("synced", True) for e in ahead):
-        return None  # a backward outside no_sync() comes before the step, as it should
-    backward, step = lines[0][k][1]["line"], ahead[-1]["line"]
-    window = [e for _, e in lines[0][:k - 1]]
-    since = window[next((i for i in range(len(window) - 1, -1, -1)
-                         if window[i]["event"] in ("step", "wrap")), -1) + 1 :]  # fmt: skip
-    if any(e["event"] == "forward" and e.get("synced", True) for e in since):
+    backward, step = lines[0][k][1]["line"], after[0]["line"]
+    done = [e for _, e in lines[0][: k + 1]]
+    group = [  # the forwards since the last step (or the wrap): this step's accumulation
+        e for e in done[next((i for i in range(len(done) - 1, -1, -1)
+                              if done[i]["event"] in ("step", "wrap")), -1) + 1 :]
+        if e["event"] == "forward"
+    ]  # fmt: skip
+    if any(e.get("synced", True) for e in group):
         return Cause(
             "the micro-batch that ran outside model.no_sync() came first in the "
-            f"accumulation, not last: those after it (forward at line {forward[0]['line']}) "
+            f"accumulation, not last: those after it (forward at line {forward['line']}) "
             f"ran inside no_sync() up to optimizer.step() (line {step}), so their gradients "
-            "were never averaged, and each rank stepped with gradients partly its own. "
-            "Inside no_sync() go all micro-batches but the last; the last, the one right "
-            "before the step, must run outside it",
-            forward[0]["line"],
+            f"were never averaged, and each rank stepped with gradients partly its own. {LAST}",
+            forward["line"],
         )
-    if any(e["event"] == "forward" for e in ahead):
+    tail = _short_tail(done, group, step)
+    if tail is not None:
+        return tail
+    if len(group) > 1:
         return Cause(
             f"no backward before optimizer.step() (line {step}) ran outside model.no_sync() "
-            f"(the forward passes at line {forward[0]['line']} all ran inside it): the "
-            "gradients were never averaged, so each rank stepped with gradients of its own. "
-            "Inside no_sync() go all micro-batches but the last; the last, the one right "
-            "before the step, must run outside it",
-            forward[0]["line"],
+            f"(the forward passes at line {forward['line']} all ran inside it): the "
+            f"gradients were never averaged, so each rank stepped with gradients of its own. "
+            f"{LAST}",
+            forward["line"],
         )
     if any(e["event"] == "forward" and e.get("synced", True) for _, e in lines[0]):
         # the accumulation has its synced micro-batch: the step comes after every one
         return Cause(
             f"optimizer.step() (line {step}) ran after every micro-batch, also right after a "
-            f"backward (line {backward}) of a forward pass (line {forward[0]['line']}) "
+            f"backward (line {backward}) of a forward pass (line {forward['line']}) "
             "inside model.no_sync(): that backward's gradients were never averaged, so each "
             "rank stepped with gradients of its own. Step (and zero the gradients) only after "
             "the last micro-batch, the one that runs outside no_sync()",
@@ -158,11 +174,47 @@ def _stepped_unsynced(ranks, lines, k: int) -> Cause | None:
         )
     return Cause(
         f"optimizer.step() (line {step}) came right after a backward (line {backward}) of a "
-        f"forward pass (line {forward[0]['line']}) inside model.no_sync(): that backward's "
-        "gradients were never averaged, so each rank stepped with gradients of its own. "
-        "Inside no_sync() go all micro-batches but the last; the last, the one right "
-        "before the step, must run outside it",
-        forward[0]["line"],
+        f"forward pass (line {forward['line']}) inside model.no_sync(): that backward's "
+        f"gradients were never averaged, so each rank stepped with gradients of its own. {LAST}",
+        forward["line"],
+    )
+
+
+#: How accumulation with ``no_sync()`` goes right.
+LAST = (
+    "Inside no_sync() go all micro-batches but the last; the last, the one right before the "
+    "step, must run outside it"
+)
+
+
+def _short_tail(done: list[dict], group: list[dict], step: int) -> Cause | None:
+    """A step after fewer micro-batches than earlier ones, all inside ``no_sync()``.
+
+    ``done`` is one rank's in-step events up to the backward before the step,
+    ``group`` the forwards since the step before. Earlier steps closed
+    accumulations whose last micro-batch ran outside ``no_sync()``; this one
+    closes a shorter one (an epoch's last, when its batches do not divide by
+    the count) whose micro-batches all ran inside it.
+    """
+    groups, forwards = [], []
+    for e in done:
+        if e["event"] == "forward":
+            forwards.append(e)
+        elif e["event"] == "step":
+            groups.append(forwards)
+            forwards = []
+    closed = [len(g) for g in groups if g and g[-1].get("synced", True)]
+    if not group or not closed or len(group) >= max(closed):
+        return None
+    return Cause(
+        f"optimizer.step() (line {step}) ran after {len(group)} micro-batch(es) that all "
+        f"ran inside model.no_sync() (forward at line {group[0]['line']}), while earlier "
+        f"steps followed {max(closed)} whose last ran outside it: this step closes a shorter "
+        "accumulation (such as an epoch's last, when its batches do not divide by the "
+        "accumulation count), and its gradients were never averaged, so each rank stepped "
+        "with gradients of its own. Decide no_sync() by the same test that decides the step, "
+        "so that the micro-batch right before every step runs outside it",
+        step,
     )
 
 

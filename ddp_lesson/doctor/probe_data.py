@@ -48,6 +48,7 @@ def install_data_recording() -> None:
     wrap_for_good(DataLoader, "__init__", loader_init)
     wrap_for_good(iterators, "_next_index", recorded_next_index)
     wrap_for_good(iterators, "__next__", recorded_next)
+    wrap_for_good(DataLoader, "__len__", short_length)
     wrap_for_good(DistributedSampler, "__init__", sampler_init)
     wrap_for_good(DistributedSampler, "set_epoch", recorded_set_epoch)
     wrap_for_good((torch, torch.random), "manual_seed", recorded_seed("torch.manual_seed"))
@@ -58,6 +59,21 @@ def install_data_recording() -> None:
         numpy_random = sys.modules["numpy"].random
         wrap_for_good(numpy_random, "seed", recorded_seed("numpy.random.seed"))
         wrap_for_good(numpy_random, "default_rng", recorded_seed("numpy.random.default_rng"))
+
+
+def short_length(original):
+    def length(self):
+        """The batches of an epoch the short run hands out (every index is still recorded).
+
+        A loop that acts at its epoch's last batch (``i + 1 == len(loader)``:
+        a last optimiser step after accumulating) then meets that batch in the
+        short run, as it would in the full one."""
+        full = original(self)
+        if isinstance(self.dataset, IterableDataset) or process_state.get("settings") is None:
+            return full
+        return min(full, process_state["settings"].batches)
+
+    return length
 
 
 def loader_init(original):
@@ -277,13 +293,20 @@ def recorded_next(original):
         entry = getattr(self, "_doctor_stream", None)
         if entry is not None:
             entry["yielded"] = entry.get("yielded", 0) + 1
-        if entry is not None and entry["batches"] < process_state["settings"].batches:
+        if entry is not None and entry["batches"] < _stream_batches(entry):
             entry["items"].extend(item_prints(batch, self._auto_collation))
             entry["batches"] += 1
             save_record()
         return batch
 
     return next_batch
+
+
+def _stream_batches(entry: dict) -> int:
+    """Batches of a stream's epoch to record: ``Settings.batches``, rounded up to a
+    multiple of its loader workers, so that each worker's batches are seen as often."""
+    workers = max(1, entry.get("workers") or 1)
+    return -(-process_state["settings"].batches // workers) * workers
 
 
 def dropped_indices(batches: object, taken: int) -> int:

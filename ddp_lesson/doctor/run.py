@@ -33,8 +33,9 @@ from .record import Outcome, ProcessRecord, Settings
 if TYPE_CHECKING:
     from ..launch import Supervisor
 
-#: Batches of each epoch the run actually uses (every index is still recorded).
-BATCHES = 4
+#: Batches of each epoch the run actually uses (every index is still recorded): odd, and
+#: not a multiple of a usual accumulation count, so that an epoch's short tail is run too.
+BATCHES = 5
 
 #: Seconds a rank waits for the others (joining the group, at a collective).
 WAIT_S = 20

@@ -74,7 +74,7 @@ SAYS = {
     },
     "early_stop_own_loss": {
         "model_wrapping": "rank 0 left its training loop at line 35 (`break`) after its "
-        "optimizer step 12",
+        "optimizer step 15",
     },
     "process_loop_same_rank": {
         "spawning": "were each given 0 as their first argument, which fit passes to "
@@ -140,6 +140,10 @@ SAYS = {
         "model_wrapping": "optimizer.step() (line 33) ran after every micro-batch, also right "
         "after a backward (line 32) of a forward pass (line 31) inside model.no_sync()"
     },
+    "accumulate_epoch_tail": {
+        "model_wrapping": "optimizer.step() (line 34) ran after 2 micro-batch(es) that all "
+        "ran inside model.no_sync() (forward at line 38), while earlier steps followed 3"
+    },
     "daemons_not_joined": {
         "spawning": "mp.spawn (line 30) started 2 daemonic process(es) with join=False, and "
         "the script never joined them"
@@ -173,7 +177,7 @@ SAYS = {
     "hand_split": {"data_division": "a data set of its own (split by hand"},
     "hand_split_uneven": {
         "data_division": "(rank 0: 4, rank 1: 4, rank 2: 5)",
-        "teardown": "in the doctor's short run, which takes the same few batches",
+        "teardown": "not reached: a rank raised RuntimeError at line 25",
     },
     "optimizer_elsewhere": {"model_wrapping": "updates none of the parameters DDP wraps"},
     "syncbn_gpu": {"notes": "SyncBatchNorm, which needs GPUs, ran as plain batch norm"},

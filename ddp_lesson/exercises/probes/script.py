@@ -81,6 +81,8 @@ def dry_start(path: str) -> None:
     """Run ``path`` as ``__main__`` until it calls ``mp.spawn``; print that call and stop."""
     from ddp_lesson.launch import torch_hooks
 
+    said = os.dup(1)  # the call is told here even if the script took over stdout (a launch)
+
     def record(fn, args=(), nprocs=1, *rest, **options):
         try:
             bound = inspect.signature(fn).bind(0, *args).arguments
@@ -91,7 +93,8 @@ def dry_start(path: str) -> None:
             nargs=len(args),
             bound={k: _literal(v) for k, v in list(bound.items())[1:]},
         )
-        print(MARK, json.dumps(call), flush=True)
+        sys.stdout.flush()
+        os.write(said, f"{MARK} {json.dumps(call)}\n".encode())
         os._exit(0)  # started nothing: this is all the check needs
 
     for where in (torch_hooks.START_PROCESSES, torch_hooks.SPAWN):
