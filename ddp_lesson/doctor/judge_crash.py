@@ -8,6 +8,8 @@ makes findings of what the doctor stopped a rank for.
 
 from __future__ import annotations
 
+import re
+
 from .judge_evidence import Judged, Shown, error_text, quote, ranks_text
 from .read import Finding, Reading
 from .record import Outcome, ProcessRecord
@@ -254,6 +256,7 @@ def stop_reasons(outcome: Outcome) -> list[Shown]:
     could not go on)."""
     shown = []
     script = [outcome.script] if outcome.script is not None else []
+    alike: dict[tuple, list[int]] = {}  # ranks stopped for the same reason: said once
     for r in outcome.ranks + script:
         if r.stop:
             stop = r.stop
@@ -261,5 +264,15 @@ def stop_reasons(outcome: Outcome) -> list[Shown]:
             if stop["stage"] == "spawning" and not r.script and script and script[0].spawns:
                 started = script[0].spawns[0]  # where the processes are made and start
                 finding.line = started.get("made") or started["line"]
+            said = re.match(r"rank (\d+) (.*)", finding.evidence, re.S)
+            if said and not r.script:
+                same = alike.setdefault((finding.stage, finding.line, said[2]), [])
+                same.append(int(said[1]))
+                if len(same) > 1:
+                    continue
             shown.append(Shown(finding, exact=r.script))
+    for (_, line, rest), ranks in alike.items():
+        for s in shown if len(ranks) > 1 else ():
+            if s.finding.line == line and s.finding.evidence.endswith(rest):
+                s.finding.evidence = f"{ranks_text(sorted(ranks))} {rest}"
     return shown

@@ -11,17 +11,15 @@ loader yielded. Whether the ranks built the same data set for a
 
 from __future__ import annotations
 
-from collections import Counter
-
 from .judge_data_sets import by_loader, compare_data_sets, difference
 from .judge_evidence import Judged, Shown, note_shown
+from .judge_overlap import (
+    later_overlap,
+    overlap,
+    overlap_line,
+    overlap_text,
+)
 from .judge_streams import stream_notes
-
-
-def _overlap(orders: list[list[int]]) -> set[int]:
-    """Indices that more than one rank iterated."""
-    seen = Counter(i for order in orders for i in set(order))
-    return {i for i, n in seen.items() if n > 1}
 
 
 def _unseen(first: list[dict], world: int) -> list[int]:
@@ -202,13 +200,6 @@ def _padded(first: list[dict], shared: set[int], size, ranks: int) -> bool:
     )
 
 
-def _seeds_apart(first: list[dict]) -> bool:
-    """True when the ranks' DistributedSamplers were given different shuffle seeds."""
-    seeds = [e.get("seed") for e in first]
-    shuffled = all(e.get("shuffle") for e in first)
-    return shuffled and None not in seeds and len(set(seeds)) > 1
-
-
 def _with_replacement(first: list[dict]) -> bool:
     """Whether each rank's epoch repeats items of its own (a sampler that draws with
     replacement); DistributedSampler never does."""
@@ -234,81 +225,6 @@ def _draws(first: list[dict], shown: list[Shown]) -> list[str]:
         f"each rank drew its own {counts} items with replacement (sampler: {sampler}), so "
         "items recur within a rank's share as across the ranks'; the ranks' draws differ"
     ]
-
-
-def _told_alike(first: list[dict]) -> str:
-    """DistributedSamplers told one rank (or a world of one) on every rank: the text, or ""."""
-    told = [e.get("sampler_rank") for e in first]
-    line = first[0].get("sampler_line")
-    at = f" (line {line})" if line else ""
-    if first[0]["sampler"] != "DistributedSampler" or None in told:
-        return ""
-    if {e.get("replicas") for e in first} == {1}:
-        return (
-            f"the DistributedSampler{at} was made with num_replicas=1 on every rank, so "
-            "each takes the whole data set as its part; give it the world size (or leave "
-            "num_replicas out: the sampler asks the group)"
-        )
-    if len(set(told)) < len(told):
-        given = ", ".join(f"rank {e['rank']}: rank={t}" for e, t in zip(first, told, strict=True))
-        return (
-            f"the ranks' DistributedSamplers{at} were told the same rank ({given}), so they "
-            "take the same part of the data; give each its own rank (rank=rank, or leave "
-            "rank out: the sampler asks the group)"
-        )
-    return ""
-
-
-def _epochs_apart(first: list[dict]) -> str:
-    """DistributedSamplers that shuffle, at different epochs on different ranks: the text."""
-    epochs = [e.get("epoch") for e in first]
-    if not all(e.get("shuffle") for e in first) or None in epochs or len(set(epochs)) < 2:
-        return ""
-    given = ", ".join(f"rank {e.get('rank', at)}: {e['epoch']}" for at, e in enumerate(first))
-    return (
-        f"the ranks' DistributedSamplers were at different epochs ({given}, as set_epoch "
-        "gave them), and the epoch seeds the shuffle, so each rank shuffled the data set its "
-        "own way before taking its part, and the parts overlap; give every rank the same "
-        "epoch number (the training loop's epoch)"
-    )
-
-
-def _overlap_line(first: list[dict], ranks) -> int | None:
-    """The line that owns overlapping shares: the sampler's when it was given different
-    seeds or told one rank everywhere, set_epoch's when the ranks' epochs differ."""
-    if _epochs_apart(first):
-        mine = first[0]["sampler_id"]
-        calls = [c for r in ranks[:1] for c in r.set_epochs if c["sampler_id"] == mine]
-        return calls[0]["line"] if calls else None
-    if _seeds_apart(first) or _told_alike(first):
-        return first[0].get("sampler_line")
-    return None
-
-
-def _overlap_text(first: list[dict], shared: set[int]) -> str:
-    """What the ranks' overlapping training shards were: the whole data set each, or a part."""
-    size, sampler = first[0]["size"], first[0]["sampler"]
-    if all(set(e["indices"]) >= set(range(size or 0)) for e in first):
-        told = _told_alike(first)
-        return (
-            f"every rank iterated all {size} items of the training data "
-            f"(overlap between ranks {100 * len(shared) // max(size or 1, 1)}%, "
-            f"sampler: {sampler})" + (f": {told}" if told else "")
-        )
-    said = f"{len(shared)} training items went to more than one rank (sampler: {sampler})"
-    told = _told_alike(first)
-    if told:
-        return f"{said}: {told}"
-    if _seeds_apart(first):
-        given = ", ".join(f"rank {e.get('rank', at)}: {e['seed']}" for at, e in enumerate(first))
-        said += (
-            f": the ranks gave their DistributedSamplers different seeds ({given}), so each "
-            "shuffled the data set its own way before taking its part, and the parts overlap; "
-            "give every rank the same seed (it is the shuffle's seed, not the rank's)"
-        )
-    elif _epochs_apart(first):
-        said += f": {_epochs_apart(first)}"
-    return said
 
 
 def _padded_text(line, counts: list[int], size, shared: set[int]) -> str:
@@ -352,7 +268,7 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             disproved.append("data_division")
             notes += _split_by_hand(ranks, first, trained, joined, shown)
             continue
-        shared = _overlap([e["indices"] for e in first])
+        shared = overlap([e["indices"] for e in first])
         counts = [len(e["indices"]) for e in first]
         if trained and shared and _with_replacement(first):
             # items recur within each rank's share too: a draw, not a division of the items
@@ -362,8 +278,8 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
         unseen = _unseen(first, len(ranks))
         # a padding's few repeats beside many items unseen: the unseen items are the fault
         if trained and shared and not padded and not (unseen and len(shared) < len(first)):
-            at = _overlap_line(first, ranks)
-            note_shown(shown, "data_division", _overlap_text(first, shared), at or line)
+            at = overlap_line(first, ranks)
+            note_shown(shown, "data_division", overlap_text(first, shared), at or line)
             continue
         if not trained and padded:
             note_shown(shown, "data_division", _padded_text(line, counts, size, shared), line)
@@ -373,12 +289,11 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             note_shown(shown, "data_division", said,
                  first[0].get("sampler_line") or line)  # fmt: skip
             continue
-        # the epochs that trained: a look at one batch (next(iter(loader))) is no epoch
-        mine = [e for e in per_rank[0] if e["trained"]] or per_rank[0]
-        repeats = [
-            e for e in mine[1:] if e["indices"] == mine[0]["indices"] and len(e["indices"]) > 1
-        ]
-        shuffled = mine[0].get("shuffle", True) or len(repeats) < len(mine) - 1
+        later = later_overlap(ranks, by_place, len(shared)) if trained else None
+        if later is not None:
+            note_shown(shown, "data_division", *later)
+            continue
+        mine, repeats, shuffled = _repeats(per_rank[0])
         if trained and sampler == "DistributedSampler" and repeats and shuffled:
             note_shown(shown, "data_division", *_repeated_order(mine, repeats, ranks, line))
             continue
@@ -390,6 +305,15 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             cut = first[0].get("dropped") or 0
             notes.append(_shares_text(counts, size, shared, len(mine), shuffled, sampler, cut))
     return notes
+
+
+def _repeats(entries: list[dict]) -> tuple[list[dict], list[dict], bool]:
+    """One rank's epochs that trained, those that repeat its first epoch's order, and
+    whether its loader shuffles (or its epochs' orders differ anyway)."""
+    # the epochs that trained: a look at one batch (next(iter(loader))) is no epoch
+    mine = [e for e in entries if e["trained"]] or entries
+    repeats = [e for e in mine[1:] if e["indices"] == mine[0]["indices"] and len(e["indices"]) > 1]
+    return mine, repeats, mine[0].get("shuffle", True) or len(repeats) < len(mine) - 1
 
 
 def _split_by_hand(ranks, first: list[dict], trained: bool, joined: bool, shown) -> list[str]:

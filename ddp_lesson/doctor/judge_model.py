@@ -457,9 +457,12 @@ def _parted(ranks, wrapped, steps: int, gap: float, start: float | None):
             "weights of its own, and nothing copied rank 0's to the others"
         )
     if raw:
+        at, caller = raw[0]["raw_line"], raw[0].get("raw_caller")
+        where = f" (line {at}, called from line {caller})" if caller else f" (line {at})"
         text += (
             f"; {raw[0]['raw']} training forward pass(es) called the wrapped module "
-            "directly, not through DDP"
+            f"directly, not through DDP{where}: DDP averages the gradients of the forward "
+            "passes made through it, so call the DDP model, not its .module, to train"
         )
     apart = _outside_apart(ranks) if wrapped else []
     if apart:

@@ -105,13 +105,18 @@ def _met_apart(joined) -> list:
 def _told_apart(places: dict, line: int | None) -> list:
     """The FAULT of ranks told to meet at ``places`` (by rank), shown at ``line``."""
     told = ", ".join(f"rank {rank}: {where}" for rank, where in places.items())
+    same = "the same MASTER_ADDR and MASTER_PORT (or init_method)"
+    if all(str(where).startswith("file://") for where in places.values()):
+        same = (
+            "the same file: choose its path once, before the processes start, and pass it to "
+            "each (init_method=f'file://{path}')"
+        )
     shown: list = []
     note_shown(
         shown, "process_group",
         f"the ranks were told to meet at different addresses ({told}): run for real, each "
         "waits at its own for ranks that never come, until the group's timeout (the doctor "
-        "joined them at one place to check the rest); give every rank the same MASTER_ADDR "
-        "and MASTER_PORT (or init_method)",
+        f"joined them at one place to check the rest); give every rank {same}",
         line,
     )  # fmt: skip
     return shown
@@ -121,21 +126,24 @@ def _nccl_on_the_cpu(joined, reading=None) -> list:
     """NCCL asked for by ranks that wrapped a model none of them sent to a GPU, as shown."""
     nccl = [r for r in joined if r.init.get("asked") == "nccl"]
     wrapped = [r for r in joined if r.ddp]
-    on_gpus = [p for r in joined for p in r.placements if p["asked"] != "cpu"]
-    if on_gpus or any(r.set_device or r.gpu_tensors for r in joined):
-        return []  # (something went to a GPU: the model's placement is judged elsewhere)
-    if not nccl or len(wrapped) < len(joined):
-        return []
     asked = f"{ranks_text(sorted(r.rank for r in nccl))} asked init_process_group for nccl"
-    line = nccl[0].init.get("line")
+    line = nccl[0].init.get("line") if nccl else None
     uncalled = reading.uncalled_test if reading is not None else None
+    if uncalled is not None and not any(k in reading.source(uncalled) for k in ("cuda", "nccl")):
+        uncalled = None  # (a test of something else: not what chose the GPU's way)
+    on_gpus = [p for r in joined for p in r.placements if p["asked"] != "cpu"]
+    gone = on_gpus or any(r.set_device or r.gpu_tensors for r in joined)
+    if gone and not (nccl and uncalled is not None):
+        return []  # (something went to a GPU: the model's placement is judged elsewhere)
+    if not nccl or (len(wrapped) < len(joined) and uncalled is None):
+        return []
     if uncalled is not None:
         evidence = (
             f"{asked}, on this machine without a GPU: line {uncalled} "
             f"(`{reading.source(uncalled)}`) names a test without calling it, and a function "
-            "is always true, so the test chooses the GPU's way on every machine. Here a plain "
-            "run fails in init_process_group (NCCL needs GPUs; the doctor ran nccl as gloo to "
-            "check the rest). Call it: add the parentheses"
+            "is always true, so the test chooses the GPU's way on every machine. Here, with "
+            "no GPU, a plain run fails (NCCL needs GPUs; the doctor ran nccl as gloo to check "
+            "the rest). Call it: add the parentheses"
         )
         line = uncalled
     elif reading is not None and reading.gpu_branch:

@@ -128,6 +128,7 @@ from .probe_model import (  # noqa: F401
     recorded_schedule,
     trained_parameters,
 )
+from .probe_queues import install_queue_recording, queues_left
 from .probe_state import (  # noqa: F401
     DDP_STEPS,
     TORCH_STAGES,
@@ -227,6 +228,7 @@ def install_model_recording() -> None:
     wrap_for_good(clipping, "clip_grad_value_", recorded_clip_value)
     wrap_for_good(torch.optim.lr_scheduler.LRScheduler, "step", recorded_schedule)
     wrap_for_good(threading.Thread, "start", recorded_thread_start)
+    install_queue_recording()
 
 
 def recorded_thread_start(original):
@@ -348,6 +350,23 @@ def finish(leave: bool = True) -> None:
     record = process_state["record"]
     record.returned = True
     left = threads_left()
+    held = queues_left(time.monotonic() + THREADS_END_S)
+    if held and not left and record.claimed_rank is not None:
+        record.stop = {
+            "stage": "teardown",
+            "evidence": (
+                f"rank {record.claimed_rank} put data on a multiprocessing queue (line "
+                f"{held[0]}), and {THREADS_END_S:g} s after the rank's function returned the "
+                "queue still held it: a process cannot exit before what it put has gone into "
+                "the queue's pipe, and more than the pipe holds goes in only as another process "
+                "reads, so whatever waits for the process to end (mp.spawn's join, a Process's "
+                "join) before reading the queue waits for ever; read the queue before waiting "
+                "for the processes (mp.spawn(..., join=False), then get, then join), or hand "
+                "the results over another way (a file per rank)"
+            ),
+            "line": held[0],
+            "time": time.time(),
+        }
     if left and record.claimed_rank is not None:
         name, line = left[0]
         record.stop = {

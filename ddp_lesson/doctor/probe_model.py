@@ -31,6 +31,7 @@ from . import probe_edits
 from .probe_buffers import note_quiet_sync, syncs_buffers
 from .probe_state import (
     blocking,
+    caller_line,
     first_line,
     learner_line,
     note_call_line,
@@ -273,7 +274,9 @@ def count_forward(module, inputs) -> None:
         note_event("forward", learner_line(3), synced=getattr(thread_local, "synced", True))
     else:
         forwards["raw"] += 1
-        forwards["raw_line"] = forwards["raw_line"] or learner_line(3)
+        if forwards["raw_line"] is None:
+            forwards["raw_line"] = learner_line(3)
+            forwards["raw_caller"] = caller_line(sys._getframe(3))
 
 
 def buffers_sum() -> float | None:

@@ -98,7 +98,7 @@ def read(path: str | Path) -> Reading:
     _read_owners(reading, tree)
     unguarded = unguarded_spawns(tree)
     if unguarded:
-        _read_unguarded_spawn(reading, unguarded[0].lineno)
+        _read_unguarded_spawn(reading, unguarded[0])
         return reading
     main_blocks = [n for n in tree.body if is_main_block(n)]
     spawns = [c for block in main_blocks for c in calls_in(block, *STAGE_CALLS["spawning"])]
@@ -146,14 +146,15 @@ def _parse(reading: Reading) -> ast.Module | None:
     return tree
 
 
-def _read_unguarded_spawn(reading: Reading, line: int) -> None:
-    """Mark the file unstartable for the ``mp.spawn`` call at ``line`` outside the main guard."""
+def _read_unguarded_spawn(reading: Reading, call: ast.Call) -> None:
+    """Mark the file unstartable for ``call`` (``mp.spawn``...) outside the main guard."""
+    line, name = call.lineno, ast.unparse(call.func)
     reading.mode, reading.unstartable = SCRIPT, True
     reading.lines["spawning"] = line
     reading.findings.append(
         Finding(
             "spawning",
-            f'mp.spawn is called at line {line}, outside `if __name__ == "__main__":`. '
+            f'{name} is called at line {line}, outside `if __name__ == "__main__":`. '
             "Every process it starts imports this file again, reaches that line and "
             "would spawn again; Python stops it ('An attempt has been made to start a "
             "new process before the current process has finished its bootstrapping "

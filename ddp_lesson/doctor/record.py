@@ -112,7 +112,8 @@ class ProcessRecord:
             ``sync_batchnorm`` its SyncBatchNorm layers run as batch norm on
             CPU stand-ins.
         forwards: forward passes through DDP (``wrapped``), around it
-            (``raw``), and the line of the first raw one (``raw_line``).
+            (``raw``), and the line of the first raw one (``raw_line``) and the
+            learner's line that called its function (``raw_caller``).
         steps: ``{"params", "grads", "held", "wrapped", "collectives", "buffers"}``
             after each of the first optimiser steps: the sums of its parameters
             and gradients, how many parameter tensors it holds, how many of those

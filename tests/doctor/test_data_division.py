@@ -42,6 +42,11 @@ SAYS = {
          "8"],
         [],
     ),
+    "set_epoch_on_rank0_only": (
+        ["in epoch 1 (not in epoch 0)", "set_epoch (line 19) ran on rank 0 only, never on "
+         "rank 1", "(rank 0: 1, rank 1: 0)", "on every rank"],
+        ["as set_epoch gave them"],
+    ),
     "epoch_offset_by_rank": (
         ["went to more than one rank", "DistributedSamplers were at different epochs (rank 0: "
          "0, rank 1: 1, as set_epoch gave them)", "give every rank the same epoch number"],

@@ -80,8 +80,8 @@ SAYS = {
         "spawning": "were each given 0 as their first argument, which fit passes to "
         "init_process_group as the rank"
     },
-    "init_file_per_process": {"process_group": "told to meet at different addresses (rank 0: "
-                              "file://"},
+    "init_file_per_process": {"process_group": "give every rank the same file: choose its "
+                              "path once, before the processes start"},
     "uneven_shards": {
         "data_division": "rank 1's loader ran out after",
         "process_group": "ranks [0, 1] joined one gloo group",
@@ -143,6 +143,17 @@ SAYS = {
     "accumulate_epoch_tail": {
         "model_wrapping": "optimizer.step() (line 34) ran after 2 micro-batch(es) that all "
         "ran inside model.no_sync() (forward at line 38), while earlier steps followed 3"
+    },
+    "nccl_by_uncalled_test": {
+        "process_group": "line 18 (`self.backend = \"nccl\" if torch.cuda.is_available else "
+        "\"gloo\"  # planted: process_group`) names a test without calling it"
+    },
+    "results_queue_read_after_join": {
+        "teardown": "ranks 0, 1 put data on a multiprocessing queue (line 28), and 3 s after "
+        "the rank's function returned the queue still held it"
+    },
+    "start_processes_at_import": {
+        "spawning": "mp.start_processes is called at line 18, outside `if __name__ =="
     },
     "daemons_not_joined": {
         "spawning": "mp.spawn (line 30) started 2 daemonic process(es) with join=False, and "
