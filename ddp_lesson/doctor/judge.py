@@ -123,7 +123,7 @@ def verdict(
     ranks = outcome.ranks
     diagnosis = Diagnosis(str(reading.path), ranks=ranks, launch=outcome.launch)
     crashed = crashes(outcome)
-    crash = crash_finding(reading, crashed, unused_parameters(ranks), ranks)
+    crash = crash_finding(reading, crashed, unused_parameters(ranks), ranks, outcome.script)
     diagnosis.failure = crash.failure
     shown = stop_reasons(outcome)
     fine: dict[str, str] = {}

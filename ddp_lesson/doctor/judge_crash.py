@@ -209,7 +209,11 @@ def _only_some_called(
 
 
 def crash_finding(
-    reading: Reading, crashed, unused: list[str], ranks: list[ProcessRecord] = ()
+    reading: Reading,
+    crashed,
+    unused: list[str],
+    ranks: list[ProcessRecord] = (),
+    script: ProcessRecord | None = None,
 ) -> Judged:
     """The crash as a stage's finding (``shown``), or as a failure outside the stages."""
     if not crashed:
@@ -218,7 +222,18 @@ def crash_finding(
     who = sorted(r.rank for r, _ in crashed)
     process = "the script" if crashed[0][0].script else ranks_text(who)
     if error.get("call"):
-        return Judged((Shown(Finding("spawning", error["message"], None)),))
+        start = next((s for s in (script.spawns if script else []) if s.get("given")), None)
+        if start is None:
+            return Judged((Shown(Finding("spawning", error["message"], None)),))
+        kind = start["given"]
+        said = (
+            f"{error['message']}: {start['by']} (line {start['line']}) was given args as a "
+            f"{kind}, not a tuple, and unpacks what it is given, so each of the {kind}'s "
+            f"{start['nargs']} item(s){' (its keys)' if kind == 'dict' else ''} became an "
+            "argument of its own; parentheses alone make no tuple: write args=(value,), "
+            "with the comma"
+        )
+        return Judged((Shown(Finding("spawning", said, start["line"])),))
     found = _elsewhere(reading, crashed, list(ranks))
     if found is not None:
         elsewhere, otherwise = found

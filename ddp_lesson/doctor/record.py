@@ -164,7 +164,8 @@ class ProcessRecord:
         stop: ``{"stage", "evidence", "line", "time"}`` when the doctor stopped it.
         stopped_at: the line it was running when the deadline stopped it.
         spawns: for the script's own process, ``{"nprocs", "nargs", "line",
-            "by", "target", "made"}`` per call that started processes (``made``: the
+            "by", "target", "made", "given"}`` per call that started processes
+            (``given``: the type of ``args`` when it was not a tuple; ``made``: the
             line of a ``multiprocessing.Process(...)``, ``line`` its start): ``by`` names
             the route (``"mp.spawn"``, ``"start_processes"``,
             ``"elastic_launch"``, ``"multiprocessing.Process"``,

@@ -159,7 +159,7 @@ def _start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_metho
     first = sum(s["nprocs"] for s in probe.current().spawns)  # started by earlier calls
     probe.current().spawns.append(
         {"nprocs": nprocs, "nargs": len(args), "line": probe.learner_line(), "by": by,
-         "target": runs}
+         "target": runs, "given": None if isinstance(args, tuple | list) else type(args).__name__}
     )  # fmt: skip
     probe.save()
     if start_method == "spawn" and not torch.cuda.is_initialized():

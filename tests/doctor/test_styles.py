@@ -155,6 +155,10 @@ SAYS = {
     "start_processes_at_import": {
         "spawning": "mp.start_processes is called at line 18, outside `if __name__ =="
     },
+    "spawn_args_without_comma": {
+        "spawning": "mp.spawn (line 22) was given args as a str, not a tuple, and unpacks what "
+        "it is given, so each of the str's 6 item(s) became an argument of its own"
+    },
     "daemons_not_joined": {
         "spawning": "mp.spawn (line 30) started 2 daemonic process(es) with join=False, and "
         "the script never joined them"
