@@ -37,6 +37,7 @@ from .probe_buffers import quiet_apart
 from .probe_claims import check_claim, claimed_place, claimed_twice, meeting_place, meeting_twice
 from .probe_state import (
     blocking,
+    called_from,
     caller_line,
     group_key,
     is_learner,
@@ -372,8 +373,7 @@ def check_stuck(name: str, line: int, rank: int, other: int, seen: dict) -> None
         return
     op, at, _ = where.decode().split(":")
     what = WAITED_IN_STEP if op == "backward" else "DDP(...)"
-    caller = caller_line(sys._getframe(1))
-    called = f", called from line {caller}" if caller is not None else ""
+    called = called_from(sys._getframe(1))
     quiet_apart(store, process_state["record"].claimed_world_size or 0,
                 f"rank {rank} waits in {name}() at line {line}{called}, rank {other} in "
                 f"{what} at line {at}")  # fmt: skip

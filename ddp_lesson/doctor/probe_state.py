@@ -136,18 +136,34 @@ def caller_line(frame) -> int | None:
     when what called it started the rank: a rank forked inside ``mp.spawn`` still has
     the script's ``__main__`` lines below the doctor's start of the rank.
     """
+    lines = callers(frame)
+    return lines[0] if lines else None
+
+
+def callers(frame) -> list[int]:
+    """The learner's lines that led to the learner's innermost line, nearest first: the
+    call of its function, the call of that one's... (as :func:`caller_line`)."""
+    lines = []
     seen = 0
     while frame is not None:
         if frame.f_code.co_filename == RANK_START:
-            return None
+            return lines
         name = frame.f_code.co_name
         # (a comprehension's or lambda's frame is a part of its function's line)
         if is_learner(frame.f_code.co_filename) and (name[0] != "<" or name == "<module>"):
             seen += 1
-            if seen == 2:
-                return frame.f_lineno
+            if seen >= 2:
+                lines.append(frame.f_lineno)
         frame = frame.f_back
-    return None
+    return lines
+
+
+def called_from(frame) -> str:
+    """", called from line N" (", from line M" for each call below it), or ""."""
+    lines = callers(frame)
+    return "".join(
+        f", {'called ' if at == 0 else ''}from line {line}" for at, line in enumerate(lines)
+    )
 
 
 def called_name(target: object) -> str:

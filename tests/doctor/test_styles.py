@@ -159,6 +159,10 @@ SAYS = {
         "spawning": "mp.spawn (line 22) was given args as a str, not a tuple, and unpacks what "
         "it is given, so each of the str's 6 item(s) became an argument of its own"
     },
+    "rank0_validation_two_calls_deep": {
+        "process_group": "rank 0 waits in all_reduce() (line 12, called from line 18, from "
+        "line 34)"
+    },
     "daemons_not_joined": {
         "spawning": "mp.spawn (line 30) started 2 daemonic process(es) with join=False, and "
         "the script never joined them"
