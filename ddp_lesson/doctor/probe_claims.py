@@ -158,7 +158,8 @@ def claimed_twice(rank: int) -> None:
             f"the processes started with multiprocessing.Process were each given {rank} as "
             f"their first argument, which {runs} passes to init_process_group as the rank, "
             f"so two processes both claimed rank {rank}; give each process its own rank "
-            "(its number in the loop that starts them)",
+            "(one number per process of the world: on one machine, its number in the loop that "
+            "starts them)",
         )
     stop_at_stage(
         "process_group",
