@@ -7,6 +7,7 @@ solution must pass. File answers live in tests/exercise_answers/.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -220,6 +221,18 @@ def test_check_spawn_fails_wrong_answers(start, world_size, fragment):
     assert result.status == checks.FAILED and result.stage == "starting processes", str(result)
     fragments = fragment if isinstance(fragment, tuple) else (fragment,)
     assert any(f in str(result) for f in fragments), str(result)
+
+
+def test_a_port_written_in_is_named_though_another_program_listens_there():
+    # a program of the machine's own on that port (here a plain listener, as a stale run or
+    # another notebook's rank would be): the check never waits on it
+    with contextlib.ExitStack() as held:
+        listener = held.enter_context(socket.socket())
+        with contextlib.suppress(OSError):  # (already held by another: the same case)
+            listener.bind(("127.0.0.1", 12355))
+            listener.listen()
+        result = checks.check_spawn(start_fixed_port, PLAN.world_size)
+    assert "main was given port 12355, not the one start()" in result.happened, str(result)
 
 
 def test_check_spawn_names_the_main_start_was_given_not_the_checks_own():

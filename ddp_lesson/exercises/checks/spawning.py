@@ -132,7 +132,7 @@ def _spawned(name: str, start: Callable, world_size: int) -> list[probes.RankRep
     """
     try:
         with launch.bounded(world_size, timeout_s=base.CHECK_TIMEOUT_S) as run:
-            with _reports_to(run.channel.folder):
+            with _reports_to(run.channel.folder, run.port):
                 start(probes.report_rank, world_size, run.port)
     except NotImplementedError:
         return not_attempted(name, "start()")
@@ -162,20 +162,22 @@ def _spawned(name: str, start: Callable, world_size: int) -> list[probes.RankRep
 
 
 class _reports_to:
-    """``with _reports_to(folder):`` processes started inside send their reports there."""
+    """``with _reports_to(folder, port):`` processes started inside send their reports to
+    ``folder``, and know the launch's ``port`` (:data:`.probes.stage_workers.LAUNCH_PORT_ENV`)."""
 
-    def __init__(self, folder) -> None:
-        self.folder = str(folder)
+    def __init__(self, folder, port: int) -> None:
+        self.given = {reports.REPORT_DIR_ENV: str(folder), probes.LAUNCH_PORT_ENV: str(port)}
 
     def __enter__(self) -> None:
-        self.before = os.environ.get(reports.REPORT_DIR_ENV)
-        os.environ[reports.REPORT_DIR_ENV] = self.folder
+        self.before = {key: os.environ.get(key) for key in self.given}
+        os.environ.update(self.given)
 
     def __exit__(self, *exc) -> None:
-        if self.before is None:
-            os.environ.pop(reports.REPORT_DIR_ENV, None)
-        else:
-            os.environ[reports.REPORT_DIR_ENV] = self.before
+        for key, value in self.before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _launch_failure(name: str, world_size: int, error: launch.LaunchError) -> Result:

@@ -83,6 +83,10 @@ def report_rank(rank: int, world_size: int, port: int) -> None:
     send_typed(report)
 
 
+#: The environment variable that tells a rank of check_spawn the port its launch hosts.
+LAUNCH_PORT_ENV = "DDP_LESSON_CHECK_PORT"
+
+
 def _all_running(world_size: int, port: int) -> bool:
     """Count this process in at the launch's store, then wait (up to :data:`TOGETHER_S`)
     until ``world_size`` processes have: True when they all have."""
@@ -92,12 +96,14 @@ def _all_running(world_size: int, port: int) -> bool:
 
     import torch.distributed as dist
 
-    try:  # a port other than the launch's has no store: the check says so (RankReport.port)
+    if str(port) != os.environ.get(LAUNCH_PORT_ENV, str(port)):
+        return False  # not the launch's store (another program may hold that port): said so
+    try:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    except (OSError, OverflowError, TypeError, ValueError):
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
+        running = store.add("exercise/running", 1)
+    except (OSError, OverflowError, RuntimeError, TypeError, ValueError):
         return False
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
-    running = store.add("exercise/running", 1)
     deadline = time.monotonic() + TOGETHER_S
     while running < world_size and time.monotonic() < deadline:
         time.sleep(0.05)
