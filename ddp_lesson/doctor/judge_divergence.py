@@ -235,7 +235,8 @@ def _changed_parameters(ranks, spans, before, now) -> Cause:
             f"{after}, and {ranks_text(others)} did not, so the ranks went on from "
             "different weights: DDP copies rank 0's parameters to the others only when "
             "it wraps the model. Load on every rank (map_location to each rank's device), "
-            "the optimiser's state as well as the model's (or the model before DDP(...))",
+            "with the optimiser's state too where the checkpoint holds it (or load the model "
+            "before DDP(...))",
             line,
         )
     movers = [
