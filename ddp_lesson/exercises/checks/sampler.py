@@ -67,8 +67,9 @@ def check_sampler(
         )
     return passed(
         name,
-        f"{epochs} epochs, each split without overlap and reshuffled, "
-        "exactly as DistributedSampler does it.",
+        f"{epochs} epochs on {sizes[0]} and on {sizes[1]} items, each split among the ranks "
+        "(every item in a share, only the padding repeated) and reshuffled, exactly as "
+        "DistributedSampler does it.",
     )
 
 
