@@ -133,6 +133,11 @@ def compare_data_sets(ranks, shown) -> list[str]:
                 )
                 note_shown(shown, "data_division", text, mine.get("line"))
                 break
+            alike = _seeded_alike(records[first], records[rank], loader)
+            if not seeded and alike is not None:
+                note_shown(shown, "data_division", _split_twice(ranks, loader, apart, alike),
+                           _sampler_line(ranks, loader) or mine.get("line"))  # fmt: skip
+                break
             if not seeded:
                 remarks.append(
                     f"{apart} (random data no line seeded): seed it the same on every rank "
@@ -148,3 +153,43 @@ def compare_data_sets(ranks, shown) -> list[str]:
             note_shown(shown, "data_division", text, line)
             break
     return remarks
+
+
+def _seeded_alike(mine, theirs, loader: int) -> str | None:
+    """The lines of the seeds both ranks gave alike before building ``loader`` (then data
+    that still differs depends on the rank itself), else None."""
+    # (a seed of None draws from the system: Python's own reseeding at a fork is one)
+    seeds = [
+        [s for s in r.seeds if s["loaders"] < loader and s["value"] not in (None, "None")]
+        for r in (mine, theirs)
+    ]
+    if not seeds[0] or [(s["call"], s["value"]) for s in seeds[0]] != [
+        (s["call"], s["value"]) for s in seeds[1]
+    ]:
+        return None
+    lines = sorted({s["line"] for s in seeds[0]})
+    return f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines[:3]))}"
+
+
+def _sampler_line(ranks, loader: int) -> int | None:
+    """The line of the DistributedSampler of ``loader``'s first recorded epoch."""
+    return next(
+        (e.get("sampler_line") for r in ranks for e in r.loaders if e["loader"] == loader), None
+    )
+
+
+def _split_twice(ranks, loader: int, apart: str, seeded_at: str) -> str:
+    """A DistributedSampler dividing a data set each rank built from a part of its own."""
+    firsts = [next(e for e in r.loaders if e["loader"] == loader) for r in ranks]
+    took = ", ".join(
+        f"rank {r.rank}: {len(e['indices'])} of {e['size']}"
+        for r, e in zip(ranks, firsts, strict=True)
+    )
+    return (
+        f"the ranks built different data sets ({apart.replace(' data sets', '')}) though "
+        f"they seeded their generators alike ({seeded_at}): each holds a part of its "
+        "own, split by rank before the loader, and the DistributedSampler then divides each "
+        f"part again ({took} items): what a rank's sampler leaves out of its part, no rank "
+        "trains on. Give every rank the whole data set and let the DistributedSampler divide "
+        "it, or keep the split by hand without the sampler"
+    )

@@ -47,6 +47,11 @@ SAYS = {
          "rank 1", "(rank 0: 1, rank 1: 0)", "on every rank"],
         ["as set_epoch gave them"],
     ),
+    "shard_then_sampler": (
+        ["though they seeded their generators alike (line 14):", "divides each part again "
+         "(rank 0: 24 of 48, rank 1: 24 of 48 items)", "no rank trains on"],
+        ["random data no line seeded"],
+    ),
     "epoch_offset_by_rank": (
         ["went to more than one rank", "DistributedSamplers were at different epochs (rank 0: "
          "0, rank 1: 1, as set_epoch gave them)", "give every rank the same epoch number"],
