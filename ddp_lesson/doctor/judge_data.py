@@ -114,10 +114,32 @@ def data_verdict(ranks) -> Judged:
     shown: list[Shown] = []  # (the helpers below add what they find)
     disproved: list[str] = []
     notes = _index_notes(ranks, shown, disproved) + stream_notes(ranks, shown)
+    for loader, per_rank in by_loader(ranks, "datasets").items():
+        samplers = {e["sampler"] for entries in per_rank.values() for e in entries}
+        if "DistributedSampler" not in samplers and _own_data_sets(ranks, loader):
+            disproved.append("data_division")  # split by hand: not every rank reads it all
     remarks = compare_data_sets(ranks, shown)
     said = dict.fromkeys(notes + remarks)  # (a loader built anew each epoch says it each time)
     fine = {"data_division": "; ".join(said)} if notes else {}
     return Judged(tuple(shown), tuple(fine.items()), disproved=tuple(disproved))
+
+
+#: Collectives that combine what each rank holds: a metric summed (or gathered) over ranks.
+COMBINING = frozenset(
+    {"all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
+     "gather", "gather_object", "reduce_scatter", "reduce_scatter_tensor"}
+)  # fmt: skip
+
+
+def _summed_after(ranks, by_place: list[list[dict]]) -> bool:
+    """Whether some rank combined values over the ranks (``all_reduce``...) after one of
+    these loader's epochs began: what a padded evaluation counts twice must be summed."""
+    for r, entries in zip(ranks, by_place, strict=True):
+        for e in entries:
+            later = r.collectives[e.get("collectives", 0) :]
+            if any(c["op"] in COMBINING for c in later):
+                return True
+    return False
 
 
 def _own_data_sets(ranks, loader: int) -> bool:
@@ -281,7 +303,7 @@ def _index_notes(ranks, shown, disproved) -> list[str]:
             at = overlap_line(first, ranks)
             note_shown(shown, "data_division", overlap_text(first, shared), at or line)
             continue
-        if not trained and padded:
+        if not trained and padded and _summed_after(ranks, by_place):
             note_shown(shown, "data_division", _padded_text(line, counts, size, shared), line)
             continue
         if trained and unseen:

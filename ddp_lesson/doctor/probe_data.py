@@ -247,6 +247,7 @@ def begin_epoch(iterator) -> None:
         "dropped": dropped_indices(iterator._index_sampler, len(flat)),
         "batches": len(batches),
         "used": min(keep, len(batches)),
+        "collectives": len(record.collectives),  # made before this epoch began
         "trained": False,
     }
     record.loaders.append(entry)

@@ -52,6 +52,7 @@ SAYS = {
          "(rank 0: 24 of 48, rank 1: 24 of 48 items)", "no rank trains on"],
         ["random data no line seeded"],
     ),
+    "eval_padded_kept_local": (["its own 32 of 64 training items"], ["counts them twice"]),
     "epoch_offset_by_rank": (
         ["went to more than one rank", "DistributedSamplers were at different epochs (rank 0: "
          "0, rank 1: 1, as set_epoch gave them)", "give every rank the same epoch number"],
@@ -149,3 +150,12 @@ def test_the_doctor_judges_what_the_ranks_consumed(name):
         assert words in data.evidence, shown
     for words in unsaid:
         assert words not in data.evidence, shown
+
+
+def test_a_split_by_hand_is_never_told_to_add_a_sampler():
+    # the run ends at DDP(...) before any loader is iterated: what the ranks built (data
+    # sets that differ by rank) rules out the code's guess that each reads all of it
+    result = doctor.diagnose(SCRIPTS.parent.parent / "vocab_per_rank.py", 2)
+    data = result.stages["data_division"]
+    assert result.faults == ["model_wrapping"], str(result)
+    assert "DistributedSampler" not in data.evidence, str(result)
