@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from .diagnose import TIMEOUT_RANGE_S, TIMEOUT_S, check_options, diagnose
 
@@ -46,12 +48,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (TypeError, ValueError) as error:
         return _fail(options, str(error))
-    result = diagnose(options.path, world_size, timeout_s=timeout_s, args=extra)
+    with _tracker_quiet():
+        result = diagnose(options.path, world_size, timeout_s=timeout_s, args=extra)
     if options.json:
         print(result.to_json())
     else:
         print(result)
     return result.exit_code
+
+
+#: The warning filter (``PYTHONWARNINGS``' form) that keeps multiprocessing's resource
+#: tracker quiet about the semaphores of processes the doctor stopped.
+QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
+@contextlib.contextmanager
+def _tracker_quiet() -> Iterator[None]:
+    """Inside, a resource tracker multiprocessing starts does not warn of leaked semaphores.
+
+    The semaphores of a run the doctor stopped are its own doing, not the script's: the
+    tracker, started later with this environment, would print its warning under the report.
+    """
+    before = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [before, QUIET_TRACKER]))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = before
 
 
 def _number(text: str, whole: bool = False) -> object:

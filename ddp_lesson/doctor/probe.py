@@ -361,8 +361,8 @@ def finish(leave: bool = True) -> None:
                 "the queue's pipe, and more than the pipe holds goes in only as another process "
                 "reads, so whatever waits for the process to end (mp.spawn's join, a Process's "
                 "join) before reading the queue waits for ever; read the queue before waiting "
-                "for the processes (mp.spawn(..., join=False), then get, then join), or hand "
-                "the results over another way (a file per rank)"
+                "for the processes (start them all, take each result, then join them; with "
+                "mp.spawn, join=False), or hand the results over another way (a file per rank)"
             ),
             "line": held[0],
             "time": time.time(),

@@ -404,3 +404,32 @@ def test_read_does_not_ask_for_set_epoch_when_the_sampler_does_not_shuffle(tmp_p
     assert [f.stage for f in off.findings if f.stage == "data_division"] == []
     on = read_source(tmp_path, source.replace("SHUFFLE", "True"))
     assert [(f.stage, f.line) for f in on.findings] == [("data_division", 6)]
+
+
+HELD_QUEUE = '''
+import multiprocessing
+import time
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def wait(rank, inbox):
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29845", rank=rank,
+                            world_size=2)
+    time.sleep(600)  # never ends: the doctor's deadline stops it
+
+
+if __name__ == "__main__":
+    inbox = multiprocessing.get_context("spawn").Queue()  # (its semaphores)
+    mp.spawn(wait, args=(inbox,), nprocs=2)
+'''
+
+
+def test_a_run_the_deadline_stopped_prints_no_warning_of_leaked_semaphores(tmp_path):
+    path = tmp_path / "held_queue.py"
+    path.write_text(HELD_QUEUE)
+    done = cli(str(path), "--world-size", "2", "--timeout", "10")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "did not finish within its deadline" in done.stdout, done.stdout
+    assert "leaked semaphore" not in done.stdout + done.stderr, done.stderr
