@@ -136,15 +136,22 @@ def _swapped(rank, world_size, nprocs: int) -> None:
     )
 
 
-def claimed_twice(rank: int) -> None:
+def claimed_twice(rank: int, from_env: bool = False) -> None:
     """Stop: a second process claimed ``rank``; a rank given alike to every process the
-    script started with ``multiprocessing.Process`` is the start's fault."""
+    script started with ``multiprocessing.Process`` is the start's fault. ``from_env``:
+    init_process_group was given no rank, so it read ``RANK`` from the environment."""
     first, runs = process_state.get("started_with") or (None, None)
     if runs is None:
         why, line = defaulted("RANK")
         _, fn = process_state.get("entry") or (None, None)
         name = getattr(fn, "__name__", None)
         given = f"the number mp.spawn passes {name} first" if name else "the one mp.spawn gives"
+        if from_env and name and not why:
+            why = (
+                f"none gave rank=, so each read RANK from its environment, {rank} in every "
+                "process, which inherits the environment it was started with; pass rank=: "
+                f"{given} (on several nodes, plus the node's first rank)"
+            )
         why = why or f"{given}, or torchrun's RANK"
         stop_at_stage(
             "process_group",

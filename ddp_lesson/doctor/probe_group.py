@@ -157,7 +157,7 @@ def recorded_init(*args, **kwargs):
     if holder != launch:  # another of the script's starts meets there with this rank now
         stop_at_stage("process_group", meeting_twice(where))
     if store.add(f"doctor/rank/{launch}/{rank}", 1) > 1:
-        claimed_twice(rank)
+        claimed_twice(rank, from_env=given.get("rank", -1) in (-1, None))
     join_group(store, used, rank, world_size)
 
 

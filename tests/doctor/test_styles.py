@@ -163,6 +163,10 @@ SAYS = {
         "process_group": "rank 0 waits in all_reduce() (line 12, called from line 18, from "
         "line 34)"
     },
+    "rank_from_inherited_env": {
+        "process_group": "none gave rank=, so each read RANK from its environment, 0 in every "
+        "process"
+    },
     "daemons_not_joined": {
         "spawning": "mp.spawn (line 30) started 2 daemonic process(es) with join=False, and "
         "the script never joined them"
