@@ -187,9 +187,10 @@ def _split_twice(ranks, loader: int, apart: str, seeded_at: str) -> str:
     )
     return (
         f"the ranks built different data sets ({apart.replace(' data sets', '')}) though "
-        f"they seeded their generators alike ({seeded_at}): each holds a part of its "
-        "own, split by rank before the loader, and the DistributedSampler then divides each "
-        f"part again ({took} items): what a rank's sampler leaves out of its part, no rank "
-        "trains on. Give every rank the whole data set and let the DistributedSampler divide "
-        "it, or keep the split by hand without the sampler"
+        f"they seeded their generators alike ({seeded_at}): what each holds depends on "
+        "something else that differs by rank (a part split off by rank before the loader, "
+        "or a generator no line seeded), and the DistributedSampler then divides each "
+        f"rank's own data set again ({took} items): what a rank's sampler leaves out of it, "
+        "no rank trains on. Give every rank the same whole data set and let the "
+        "DistributedSampler divide it, or keep a split by hand without the sampler"
     )

@@ -148,9 +148,9 @@ def claimed_twice(rank: int, from_env: bool = False) -> None:
         given = f"the number mp.spawn passes {name} first" if name else "the one mp.spawn gives"
         if from_env and name and not why:
             why = (
-                f"none gave rank=, so each read RANK from its environment, {rank} in every "
-                "process, which inherits the environment it was started with; pass rank=: "
-                f"{given} (on several nodes, plus the node's first rank)"
+                f"none gave rank=, so each read RANK from its environment, and two found "
+                f"{rank} there (a RANK set before the processes start is inherited by each); "
+                f"pass rank=: {given} (on several nodes, plus the node's first rank)"
             )
         why = why or f"{given}, or torchrun's RANK"
         stop_at_stage(

@@ -48,8 +48,9 @@ SAYS = {
         ["as set_epoch gave them"],
     ),
     "shard_then_sampler": (
-        ["though they seeded their generators alike (line 14):", "divides each part again "
-         "(rank 0: 24 of 48, rank 1: 24 of 48 items)", "no rank trains on"],
+        ["though they seeded their generators alike (line 14):", "divides each "
+         "rank's own data set again (rank 0: 24 of 48, rank 1: 24 of 48 items)",
+         "no rank trains on"],
         ["random data no line seeded"],
     ),
     "eval_padded_kept_local": (["its own 32 of 64 training items"], ["counts them twice"]),

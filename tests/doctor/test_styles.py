@@ -164,8 +164,8 @@ SAYS = {
         "line 34)"
     },
     "rank_from_inherited_env": {
-        "process_group": "none gave rank=, so each read RANK from its environment, 0 in every "
-        "process"
+        "process_group": "none gave rank=, so each read RANK from its environment, and two "
+        "found 0 there"
     },
     "daemons_not_joined": {
         "spawning": "mp.spawn (line 30) started 2 daemonic process(es) with join=False, and "
