@@ -244,24 +244,52 @@ def test_the_failures_alone_turn_a_state_that_timed_out_into_a_timeout():
     Failures(state).raise_for(None, None)  # no spawn, nothing expected: nothing to say
 
 
-def test_a_rank_torch_stopped_is_not_named_when_another_raised_first():
-    # torch stops the other ranks with SIGTERM once one raises; when it then names a
-    # stopped rank, the error to read is the one the raising rank left
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGUSR2"])
+def test_a_rank_the_launch_stopped_is_not_named_when_another_raised_first(how):
+    # torch stops the other ranks with SIGTERM once one raises, and the launch asks them
+    # for their stacks first; when torch then names such a rank, the error to read is the
+    # one the raising rank left
     import signal
 
     from torch.multiprocessing.spawn import ProcessExitedException
 
+    signum = signal.Signals[how]
     state = LaunchState(world_size=4, timeout_s=5, threads=1, started=4)
-    state.ended = {0: -signal.SIGTERM, 1: -signal.SIGTERM, 2: 1, 3: -signal.SIGTERM}
+    state.ended = {0: -signum, 1: -signal.SIGTERM, 2: 1, 3: -signal.SIGTERM}
     trace = 'Traceback ...\n  File "w.py", line 17, in ddp_setup\nValueError: no cuda:2'
     state.raised_by = {2: trace}
     stopped = ProcessExitedException(
-        "process 0 terminated with signal SIGTERM", error_index=0, error_pid=1,
-        exit_code=-signal.SIGTERM, signal_name="SIGTERM",
+        f"process 0 terminated with signal {how}", error_index=0, error_pid=1,
+        exit_code=-signum, signal_name=how,
     )  # fmt: skip
     with pytest.raises(LaunchError) as raised:
         Failures(state).raise_for(ProcessExitedException, stopped)
     assert raised.value.rank == 2 and "ValueError: no cuda:2" in str(raised.value), raised.value
+
+
+#: A rank past its function, asked for its stack while Python ends (``faulthandler``
+#: has let go of the signal by then, as it does at the end): it must end as it would have.
+ASKED_WHILE_ENDING = r"""
+import faulthandler, os, sys
+from ddp_lesson.launch import stacks
+stacks.dump_on_signal(sys.argv[1], 1)
+faulthandler.unregister(stacks.STACK_SIGNAL)
+os.kill(os.getpid(), stacks.STACK_SIGNAL)
+print("ended as it would have")
+"""
+
+
+def test_a_rank_asked_for_its_stack_as_it_ends_is_not_killed_by_the_asking(tmp_path):
+    from ddp_lesson.launch import stacks
+
+    done = subprocess.run(
+        [sys.executable, "-c", ASKED_WHILE_ENDING, str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and "ended as it would have" in done.stdout, done
+    assert (tmp_path / "stack-1.txt").exists()
+    # and a launch that asks a rank which has ended meanwhile takes no stack from it
+    assert stacks.take({1: 2**22 + 7}, tmp_path, {}) == {}
 
 
 def test_a_block_that_fails_to_open_undoes_every_step_it_had_taken(monkeypatch):

@@ -251,6 +251,13 @@ def still_running(stacks: dict[int, str], leaving_out: int | None = None) -> str
     return f"When {'they were' if len(named) > 1 else 'it was'} stopped, {'; '.join(named)}"
 
 
+#: The signal on which a rank writes its Python stack (:mod:`.stacks`).
+STACK_SIGNAL = signal.SIGUSR2
+
+#: Signals a launch sends its own ranks: torch's stop, and the request for a stack. A rank
+#: they ended was ended because another rank failed first.
+LAUNCH_SIGNALS = (signal.SIGTERM, STACK_SIGNAL)
+
 #: What a rank's error says when a partner vanished in the middle of a collective.
 PEER_LOST = re.compile(r"(?i)peer|connection|closed|reset|timed out|timeout")
 
@@ -265,7 +272,7 @@ def first_cause(
     can have ended by then, and rank 0 comes first. So when the named rank's
     error (``error``) says that a partner was lost, another rank that failed
     in its own way is the cause: one that raised something else, or one a
-    signal other than SIGTERM ended (SIGTERM is how torch stops the others).
+    signal ended that the launch does not send (:data:`LAUNCH_SIGNALS`).
 
     Args:
         index: the rank torch named.
@@ -292,7 +299,7 @@ def first_cause(
             continue
         if trace and not PEER_LOST.search(last_error_line(trace)):
             return rank, code, trace
-        if not trace and code < 0 and -code != signal.SIGTERM:
+        if not trace and code < 0 and -code not in LAUNCH_SIGNALS:
             return rank, code, ""
     return None
 

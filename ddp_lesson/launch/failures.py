@@ -92,14 +92,16 @@ class Failures:
         raise errors.LaunchError(message, index, trace, state.output) from None
 
     def _stopped_after_a_raise(self, exc, early: list[str]) -> None:
-        """Raise the error of a rank that raised, when torch named one it stopped (SIGTERM).
+        """Raise the error of a rank that raised, when torch named one the launch stopped.
 
-        When a rank raises, torch stops the others with SIGTERM; if it looks at
-        the ranks after that, it may name a stopped one first. The rank that
-        raised (its own error, not a lost partner's) is the one to read.
+        When a rank raises, torch stops the others with SIGTERM (and the launch
+        asks them for their stacks first); if it looks at the ranks after that,
+        it may name a stopped one first. The rank that raised (its own error,
+        not a lost partner's) is the one to read.
         """
         state = self.state
-        if exc.signal_name != "SIGTERM" or not state.raised_by:
+        stopped = {s.name for s in errors.LAUNCH_SIGNALS}
+        if exc.signal_name not in stopped or not state.raised_by:
             return
         own = [
             rank for rank, trace in sorted(state.raised_by.items())

@@ -31,7 +31,7 @@ from pathlib import Path
 from . import errors, processes
 
 #: The signal on which a rank writes its Python stack.
-STACK_SIGNAL = signal.SIGUSR2
+STACK_SIGNAL = errors.STACK_SIGNAL
 
 #: Seconds the launch waits for the stacks it asked for (the rank answers at once
 #: unless the machine is busy).
@@ -49,10 +49,15 @@ def dump_on_signal(folder: str, index: int) -> None:
     """In a rank: write this process's Python stack to ``folder`` on :data:`STACK_SIGNAL`.
 
     The file exists from now on, so the launch signals only a rank that can answer.
+    The signal is ignored first: ``faulthandler`` puts back the handler it found
+    when Python ends, so a rank asked for its stack while it exits (its
+    function ended, another rank failed at that moment) goes on exiting as it
+    would have, instead of being killed by the signal's default action.
     """
     global _stack_file
     if not folder:
         return
+    signal.signal(STACK_SIGNAL, signal.SIG_IGN)
     _stack_file = open(Path(folder) / f"stack-{index}.txt", "w")  # noqa: SIM115 (for life)
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
 
@@ -129,10 +134,11 @@ def take(ranks: dict[int, int], folder: Path, have: dict[int, str]) -> dict[int,
     while asked and time.monotonic() < deadline:
         time.sleep(POLL_S)
         for rank, path in list(asked.items()):
+            ended = not processes.alive(ranks[rank])  # (then no more of its stack will come)
             with contextlib.suppress(OSError):
                 latest[rank] = path.read_text()
-            if whole(latest.get(rank, "")):
-                found[rank] = where(latest[rank])
+            if ended or whole(latest.get(rank, "")):
+                found[rank] = where(latest.get(rank, ""))
                 del asked[rank]
     for rank in asked:  # never whole in time (a rank not started by ranks.entry): what it wrote
         found[rank] = where(latest.get(rank, ""))
