@@ -144,6 +144,7 @@ def recorded_init(*args, **kwargs):
         "address": os.environ.get("MASTER_ADDR"),
     }
     process_state["init_frames"] = learner_frames(sys._getframe(1))
+    process_state.pop("released_at", None)  # a group made anew is not the one released
     timeout = given.get("timeout")
     if isinstance(timeout, datetime.timedelta):  # the group's own, which the doctor's waits hide
         process_state["group_timeout"] = (timeout.total_seconds(), record.init["line"])
@@ -221,6 +222,7 @@ def recorded_destroy(*args, **kwargs):
     process_state.pop("init_frames", None)  # a later init_process_group is no repeat
     if first:
         record.destroyed = {"line": learner_line(), "caller": caller_line(sys._getframe(1))}
+        process_state["released_at"] = record.destroyed["line"]
         mark_done()
         save_record()
     with owned("teardown"):
@@ -299,10 +301,19 @@ def outwaited(name: str, line: int, rank: int, waited: float) -> None:
 
 def left_without(store, name: str, line: int, rank: int, other: int) -> None:
     """Stop: rank ``other`` has ended without the collective ``rank`` waits in."""
-    done = int(store.get(group_key("done", other)))
-    made = f" (it made {done} collective call(s) of its own)" if done else ""
+    done, _, released = store.get(group_key("done", other)).decode().partition(":")
+    made = f" (it made {done} collective call(s) of its own)" if int(done) else ""
     size = process_state["record"].claimed_world_size or 0
     quiet_apart(store, size, f"rank {rank} waits in {name}() at line {line}; rank {other} ended")
+    if released:  # it left by releasing the group, and may well have gone on
+        stop_at_stage(
+            "process_group",
+            f"rank {rank} waits in {name}() (line {line}), but rank {other} had released "
+            f"its group (destroy_process_group() at line {released}) before calling it{made}: "
+            "a rank can release the group only after the last collective of its run; "
+            "release it at the end, on every rank",
+            int(released),
+        )
     stop_at_stage(
         "process_group",
         f"rank {rank} waits in {name}() (line {line}), but rank {other} ended without "

@@ -317,10 +317,15 @@ def group_key(kind: str, *parts: object) -> str:
 
 
 def mark_done() -> None:
+    """Tell the other ranks this one has left its group: its collective calls so far, and
+    the line of ``destroy_process_group`` when that is how it left (``"3"``, ``"3:41"``;
+    ``process_state["released_at"]``, set while the group it released is not made anew)."""
     record = process_state["record"]
     if record.claimed_rank is not None and process_state.get("store") is not None:
         try:
             done = str(len(record.collectives))
+            if process_state.get("released_at") is not None:
+                done += f":{process_state['released_at']}"
             store = process_state["store"]
             store.set(group_key("done", record.claimed_rank), done)
             # the rank is free for a later start of the script's (see recorded_init)

@@ -163,6 +163,10 @@ SAYS = {
         "process_group": "rank 0 waits in all_reduce() (line 12, called from line 18, from "
         "line 34)"
     },
+    "released_before_last_collective": {
+        "process_group": "but rank 0 had released its group (destroy_process_group() at line "
+        "14) before calling it"
+    },
     "rank_from_inherited_env": {
         "process_group": "none gave rank=, so each read RANK from its environment, and two "
         "found 0 there"
