@@ -184,7 +184,8 @@ def _run_and_judge(
         return Diagnosis(path, problem=str(error).replace("world_size", "--world-size", 1))
     if reading.mode == WORKER:
         args = tuple(_literal(a) for a in args)
-    if not (reading.gpu_branch and not devices.gpus_for(world_size)):
+    asks = reading.gpu_branch or reading.asks_device_count
+    if not (asks and not devices.gpus_for(world_size)):
         return _judged_run(reading, path, world_size, timeout_s, args)[0]
     return _both_branches(reading, path, world_size, timeout_s, args)
 
@@ -192,19 +193,23 @@ def _run_and_judge(
 def _both_branches(
     reading: Reading, path: str, world_size: int, timeout_s: float, args: Sequence
 ) -> Diagnosis:
-    """Judge a script that asks ``torch.cuda.is_available()`` on a machine short of GPUs.
+    """Judge a script that asks whether there are GPUs, or how many, on a machine short of them.
 
     It runs first as this machine runs it (no stand-ins): a fault there is
     what the learner meets here, and is the diagnosis. Otherwise its GPU
     branch runs on CPU stand-ins, where the device each rank asks for is
     checked; a GPU branch that needs a real GPU leaves the first diagnosis.
+    A script that never asks ``is_available()`` (it counts GPUs, and
+    is written for them) and fails here only for want of a GPU is judged on
+    the stand-ins alone.
     """
     started = time.monotonic()
-    counted = reading.asks_device_count
+    asked = reading.gpu_branch, reading.asks_device_count
     reading.gpu_branch = reading.asks_device_count = False
     here, ran_here = _judged_run(reading, path, world_size, timeout_s, args)
-    reading.gpu_branch, reading.asks_device_count = True, counted
-    if ran_here.ranks and not _clean(here):
+    reading.gpu_branch, reading.asks_device_count = asked
+    for_gpus_only = not asked[0] and _needs_a_real_gpu(ran_here) is not None
+    if ran_here.ranks and not _clean(here) and not for_gpus_only:
         return here
     left = timeout_s - (time.monotonic() - started)
     if left < TIMEOUT_RANGE_S[0]:

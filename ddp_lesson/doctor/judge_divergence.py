@@ -245,7 +245,7 @@ def _changed_parameters(ranks, spans, before, now) -> Cause:
         if changed(b["params"], n["params"])
     ]
     line = now[0]["line"]
-    if movers and len(movers) < len(ranks):
+    if movers:
         steps = sum(e["event"] == "step" for e in ranks[0].model_events[: spans[0][0] + 1])
         when = (
             f"after optimizer step {steps} (counted in the doctor's run)"
@@ -277,6 +277,16 @@ def edited_after(ranks, changed: list[int], steps: int, after: str) -> Cause | N
         return None
     line, caller = found[0]["line"], found[0]["caller"]
     called = f", called from line {caller}" if caller is not None else ""
+    if len(changed) == len(ranks):  # every rank wrote there: what each wrote differs
+        return Cause(
+            f"every rank changed the wrapped model's parameters at line {line}{called}, "
+            f"{after}, outside optimizer.step(), and the ranks' parameters differ from then "
+            "on: what each rank put into them there was not the same (made on some ranks "
+            "only, or from each rank's own values), and DDP keeps the ranks equal only "
+            "through the steps it averages. Make what goes in the same on every rank "
+            "(compute it on every rank the same way, or broadcast it from rank 0)",
+            line,
+        )
     return Cause(
         f"{ranks_text(changed)} changed the wrapped model's parameters at line {line}"
         f"{called}, {after}, outside optimizer.step(), and the other ranks did not, so "

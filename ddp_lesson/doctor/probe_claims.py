@@ -41,6 +41,7 @@ def check_claim(rank, world_size) -> None:
     if world_size is None or world_size < 1 or rank is None or not 0 <= rank < world_size:
         _swapped(rank, world_size, nprocs)
         _numbered_apart(rank, world_size)
+        _smaller_world(rank, world_size, nprocs)
         why, line = defaulted("WORLD_SIZE")
         stop_at_stage(
             "process_group",
@@ -59,6 +60,32 @@ def check_claim(rank, world_size) -> None:
             "ranks; the processes started and the world_size given must be one number "
             "(e.g. nprocs=world_size, from the same variable)",
         )
+
+
+def _smaller_world(rank, world_size, nprocs: int) -> None:
+    """Stop when the world given is smaller than the processes started, so the last ranks
+    fall outside it; name the file's count of GPUs where this machine has none to count."""
+    if not (isinstance(world_size, int) and 0 < world_size < nprocs and rank in range(nprocs)):
+        return
+    import torch
+
+    lines = linecache.getlines(process_state["settings"].file)
+    counted = next(
+        (n for n, t in enumerate(lines, 1) if "device_count(" in t.split("#")[0]), None
+    )
+    gpus = (
+        f"; the file counts GPUs (line {counted}: `{lines[counted - 1].strip()}`), and "
+        f"torch.cuda.device_count() answers {torch.cuda.device_count()} on this machine"
+        if counted else ""
+    )  # fmt: skip
+    stop_at_stage(
+        "process_group",
+        f"init_process_group got rank={rank}, world_size={world_size}, but {nprocs} processes "
+        f"were started, so rank {rank} falls outside the world{gpus}: the world size given to "
+        "every process must count the processes started (one number for both, e.g. "
+        "nprocs=world_size)",
+        counted,
+    )
 
 
 #: Words a file uses for the number of machines, or a machine's place among them.

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import inspect
+import json
 import os
 import sys
 import time
@@ -145,6 +146,7 @@ def recorded_init(*args, **kwargs):
     }
     process_state["init_frames"] = learner_frames(sys._getframe(1))
     process_state.pop("released_at", None)  # a group made anew is not the one released
+    process_state.pop("then_at", None)
     timeout = given.get("timeout")
     if isinstance(timeout, datetime.timedelta):  # the group's own, which the doctor's waits hide
         process_state["group_timeout"] = (timeout.total_seconds(), record.init["line"])
@@ -223,7 +225,7 @@ def recorded_destroy(*args, **kwargs):
     if first:
         record.destroyed = {"line": learner_line(), "caller": caller_line(sys._getframe(1))}
         process_state["released_at"] = record.destroyed["line"]
-        mark_done()
+        mark_done(ended=False)
         save_record()
     with owned("teardown"):
         return originals["destroy_process_group"](*args, **kwargs)
@@ -299,20 +301,31 @@ def outwaited(name: str, line: int, rank: int, waited: float) -> None:
     )
 
 
+#: Seconds a rank that released its group is given to show what it does next: end, or call
+#: a collective on the group it released (ample on a busy machine: it is already running).
+RELEASED_GRACE_S = 5.0
+
+
 def left_without(store, name: str, line: int, rank: int, other: int) -> None:
-    """Stop: rank ``other`` has ended without the collective ``rank`` waits in."""
-    done, _, released = store.get(group_key("done", other)).decode().partition(":")
-    made = f" (it made {done} collective call(s) of its own)" if int(done) else ""
+    """Stop: rank ``other`` has left the group without the collective ``rank`` waits in."""
+    done = _left(store, other)
+    if done.get("released") is not None and not done.get("ended"):
+        until = time.monotonic() + RELEASED_GRACE_S
+        while not done.get("ended") and time.monotonic() < until:
+            time.sleep(0.05)
+            done = _left(store, other)
+    calls = done.get("calls", 0)
+    made = f" (it made {calls} collective call(s) of its own)" if calls else ""
     size = process_state["record"].claimed_world_size or 0
     quiet_apart(store, size, f"rank {rank} waits in {name}() at line {line}; rank {other} ended")
-    if released:  # it left by releasing the group, and may well have gone on
+    if done.get("then") is not None:  # it released the group, went on, and called on it
         stop_at_stage(
             "process_group",
             f"rank {rank} waits in {name}() (line {line}), but rank {other} had released "
-            f"its group (destroy_process_group() at line {released}) before calling it{made}: "
-            "a rank can release the group only after the last collective of its run; "
-            "release it at the end, on every rank",
-            int(released),
+            f"its group (destroy_process_group() at line {done['released']}) and then called "
+            f"a collective at line {done['then']}, which has no group to run in{made}: "
+            "release the group only after the last collective of the run, on every rank",
+            done["released"],
         )
     stop_at_stage(
         "process_group",
@@ -320,6 +333,14 @@ def left_without(store, name: str, line: int, rank: int, other: int) -> None:
         f"calling it{made}: every rank must call each collective, in the same order",
         line,
     )
+
+
+def _left(store, other: int) -> dict:
+    """What rank ``other`` told the store as it left its group (:func:`.probe_state.mark_done`)."""
+    try:
+        return json.loads(store.get(group_key("done", other)).decode())
+    except (ValueError, dist.DistStoreError):
+        return {}
 
 
 #: Collectives whose tensor must have the same shape on every rank.
@@ -429,6 +450,7 @@ def recorded_collective(name: str) -> Callable:
             return real(*args, **kwargs)
         if not dist.is_initialized():
             if record.destroyed:
+                process_state["then_at"] = line  # (what a partner left waiting is told)
                 stop_at_stage(
                     "teardown",
                     f"{name}() at line {line} runs after destroy_process_group() at line "

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import signal
 import sys
@@ -316,16 +317,20 @@ def group_key(kind: str, *parts: object) -> str:
     return "/".join(["doctor", kind, str(process_state.get("launch", 0)), *map(str, parts)])
 
 
-def mark_done() -> None:
-    """Tell the other ranks this one has left its group: its collective calls so far, and
-    the line of ``destroy_process_group`` when that is how it left (``"3"``, ``"3:41"``;
-    ``process_state["released_at"]``, set while the group it released is not made anew)."""
+def mark_done(ended: bool = True) -> None:
+    """Tell the other ranks this one has left its group, as JSON: its collective calls so
+    far (``calls``), whether its function has ended (``ended``), and, when it left by
+    ``destroy_process_group``, that line (``released``) and the line of a collective it
+    then called on the group it had released (``then``; see :func:`failed_on_released`)."""
     record = process_state["record"]
     if record.claimed_rank is not None and process_state.get("store") is not None:
         try:
-            done = str(len(record.collectives))
-            if process_state.get("released_at") is not None:
-                done += f":{process_state['released_at']}"
+            done = json.dumps({
+                "calls": len(record.collectives),
+                "ended": ended,
+                "released": process_state.get("released_at"),
+                "then": process_state.get("then_at"),
+            })  # fmt: skip
             store = process_state["store"]
             store.set(group_key("done", record.claimed_rank), done)
             # the rank is free for a later start of the script's (see recorded_init)
@@ -334,6 +339,12 @@ def mark_done() -> None:
                 store.compare_set(process_state["holds"], launch, "")
         except Exception:  # the store may be gone at the very end
             pass
+
+
+def failed_on_released(error: BaseException, line: int | None) -> None:
+    """Note a collective called after this rank released its group (torch: not initialized)."""
+    if process_state.get("released_at") is not None and "not been initialized" in str(error):
+        process_state["then_at"] = line
 
 
 def wants_torchrun(variable: str, line: int | None) -> None:

@@ -25,6 +25,7 @@ import signal
 import time
 from multiprocessing.process import BaseProcess
 
+from ..launch import AGENT_STORE_ENV
 from . import probe
 from .probe_group import joining_key
 from .record import Settings
@@ -130,10 +131,15 @@ def followed(settings: Settings, index: int, target, *args, **kwargs) -> None:
 
 
 def unfollowed(target, *args, **kwargs) -> None:
-    """A process the doctor does not follow (a Pool's worker): as in a plain run, a SIGTERM
-    ends it at once, even while torch's native code holds it (the probe's handler would wait).
+    """A process the doctor does not follow (a Pool's worker), run as in a plain run.
+
+    A SIGTERM ends it at once, even while torch's native code holds it (the
+    probe's handler would wait); and the launch's switch that points a rank
+    at the doctor's store is taken from its environment: the group its tasks
+    make is hosted by their own rank 0, as when the script runs alone.
     """
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.environ.pop(AGENT_STORE_ENV, None)
     target(*args, **kwargs)
 
 

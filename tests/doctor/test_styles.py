@@ -167,6 +167,13 @@ SAYS = {
         "process_group": "but rank 0 had released its group (destroy_process_group() at line "
         "14) before calling it"
     },
+    "world_from_gpu_count": {
+        "process_group": "init_process_group got rank=1, world_size=1, but 2 processes were "
+        "started, so rank 1 falls outside the world; the file counts GPUs (line 16"
+    },
+    "running_mean_on_rank0": {
+        "model_wrapping": "every rank changed the wrapped model's parameters at line 30"
+    },
     "rank_from_inherited_env": {
         "process_group": "none gave rank=, so each read RANK from its environment, and two "
         "found 0 there"
@@ -620,12 +627,27 @@ if __name__ == "__main__":
 '''
 
 
-def test_ranks_started_by_a_pool_are_named_as_such_not_judged(tmp_path):
+#: The pool's tasks meeting through the environment instead (env://, set in each task), in
+#: processes of the spawn method (a fresh torch, nothing of the script's process inherited).
+POOL_ENV = POOL.replace(
+    "multiprocessing.Pool(2)", 'multiprocessing.get_context("spawn").Pool(2)'
+).replace(
+    'dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29561", rank=rank, '
+    "world_size=2)",
+    'os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29562")\n'
+    '    dist.init_process_group("gloo", rank=rank, world_size=2)',
+).replace("import multiprocessing\n", "import multiprocessing\nimport os\n")
+
+
+@pytest.mark.parametrize("source", [POOL, POOL_ENV], ids=["tcp", "env"])
+def test_ranks_started_by_a_pool_are_named_as_such_not_judged(tmp_path, source):
+    # (whichever way the tasks meet, they run as in a plain run: their own rank 0 hosts)
+    assert source.count("init_process_group") == 1
     path = tmp_path / "pooled.py"
-    path.write_text(POOL)
+    path.write_text(source)
     result = doctor.diagnose(path, 2)
     assert result.exit_code == 2 and result.faults == [], str(result)
-    line = POOL.splitlines().index("    with multiprocessing.Pool(2) as pool:") + 1
+    line = next(n for n, t in enumerate(source.splitlines(), 1) if "Pool(2) as pool:" in t)
     said = result.problem
     assert f"with a multiprocessing Pool (line {line})" in said, said
     assert "`finished: [0, 1]`" in said and "multiprocessing.Process" in said, said
