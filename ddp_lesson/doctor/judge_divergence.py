@@ -143,12 +143,17 @@ def _stepped_unsynced(ranks, lines, k: int) -> Cause | None:
                               if done[i]["event"] in ("step", "wrap")), -1) + 1 :]
         if e["event"] == "forward"
     ]  # fmt: skip
-    if any(e.get("synced", True) for e in group):
+    outside = [n for n, e in enumerate(group, 1) if e.get("synced", True)]
+    if outside:
+        which = "the first" if outside == [1] else f"micro-batch(es) {', '.join(map(str, outside))}"
+        after = len(group) - outside[-1]
         return Cause(
-            "the micro-batch that ran outside model.no_sync() came first in the "
-            f"accumulation, not last: those after it (forward at line {forward['line']}) "
-            f"ran inside no_sync() up to optimizer.step() (line {step}), so their gradients "
-            f"were never averaged, and each rank stepped with gradients partly its own. {LAST}",
+            f"of the {len(group)} micro-batches before optimizer.step() (line {step}), "
+            f"{which} ran outside model.no_sync(), and the {after} after the last of those "
+            f"(forward at line {forward['line']}) inside it, the one right before the step "
+            "included: gradients added inside no_sync() after the last backward outside it "
+            "are never averaged, so each rank stepped with gradients partly its own. The test "
+            f"that picks no_sync() picks the wrong micro-batches: {LAST[0].lower()}{LAST[1:]}",
             forward["line"],
         )
     tail = _short_tail(done, group, step)

@@ -41,9 +41,14 @@ SAYS = {
                             True),
     "lr_per_rank": (["the ranks' optimisers differ (rank 0 lr=0.01, rank 1 lr=0.02)",
                      "same settings on every rank"], False),
-    "no_sync_last": (["the micro-batch that ran outside model.no_sync() came first in the "
-                      "accumulation, not last", "never averaged", "must run outside it"],
+    "no_sync_last": (["of the 2 micro-batches before optimizer.step() (line 33), the first "
+                      "ran outside model.no_sync(), and the 1 after the last of those",
+                      "never averaged", "must run outside it"],
                      False),
+    "no_sync_on_the_closing_one": (["of the 3 micro-batches before optimizer.step() (line "
+                                    "32), micro-batch(es) 1, 2 ran outside model.no_sync(), "
+                                    "and the 1 after the last of those", "never averaged"],
+                                   False),
     "no_sync_always": (["no backward before optimizer.step()", "ran outside model.no_sync()",
                         "never averaged"], False),
     "scheduler_on_rank0": (["the scheduler at line 30 stepped a different number of times",
