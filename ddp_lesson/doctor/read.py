@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .read_data import read_data_part
 from .read_group import read_group_part
-from .read_launch import joins_from_environment, read_spawn, unguarded_spawns
+from .read_launch import called_target, joins_from_environment, read_spawn, unguarded_spawns
 from .read_model import read_model_part
 from .read_syntax import (
     Scope,
@@ -99,6 +99,12 @@ def read(path: str | Path) -> Reading:
     unguarded = unguarded_spawns(tree)
     if unguarded:
         _read_unguarded_spawn(reading, unguarded[0])
+        return reading
+    called = called_target(tree, functions)
+    if called is not None:  # judged from the code: run, it would only wait in the parent
+        reading.mode, reading.unstartable = SCRIPT, True
+        reading.lines["spawning"] = called.line
+        reading.findings.append(called)
         return reading
     main_blocks = [n for n in tree.body if is_main_block(n)]
     spawns = [c for block in main_blocks for c in calls_in(block, *STAGE_CALLS["spawning"])]

@@ -25,6 +25,44 @@ def unguarded_spawns(tree: ast.Module) -> list[ast.Call]:
     return sorted(found, key=lambda n: n.lineno)
 
 
+def called_target(tree: ast.Module, functions: dict[str, ast.FunctionDef]) -> Finding | None:
+    """``Process(target=work(rank, ...))``: the function called where it should be given.
+
+    The call runs in the script's own process, as the line is read, and what it
+    returns becomes the target. Only a function of the file's own that returns
+    nothing is taken for this (one that returns a function is a factory, rightly
+    called there).
+    """
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Process")):
+            continue
+        target = keyword_arg(node, "target")
+        if not (isinstance(target, ast.Call) and isinstance(target.func, ast.Name)):
+            continue
+        work = functions.get(target.func.id)
+        if work is None or any(
+            isinstance(n, ast.Return) and n.value is not None for n in ast.walk(work)
+        ):
+            continue
+        joins = any(
+            isinstance(n, ast.Call) and called_name(n) == "init_process_group"
+            for n in ast.walk(work)
+        )
+        waits = " (it joins the group there, and waits for partners never started)" if joins else ""
+        given = ", ".join(ast.unparse(a) for a in target.args)
+        args = f"args=({given}{',' if len(target.args) == 1 else ''})" if given else "args=()"
+        return Finding(
+            "spawning",
+            f"line {node.lineno} gives {ast.unparse(node.func)} target="
+            f"{ast.unparse(target)}: the parentheses call {work.name} right there, in the "
+            f"script's own process, before any process is started{waits}, and hand the "
+            f"process what it returns, None. Give the function itself and its arguments "
+            f"apart: target={work.name}, {args}",
+            node.lineno,
+        )
+    return None
+
+
 def _environment_key(node: ast.AST) -> str | None:
     """``"RANK"`` for ``os.environ["RANK"]``, ``os.environ.get("RANK")``, ``os.getenv("RANK")``."""
     if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):

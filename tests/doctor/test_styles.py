@@ -174,6 +174,12 @@ SAYS = {
     "running_mean_on_rank0": {
         "model_wrapping": "every rank changed the wrapped model's parameters at line 30"
     },
+    "process_target_called": {
+        "spawning": "line 21 gives spawn.Process target=train(r, 2): the parentheses call train "
+        "right there, in the script's own process, before any process is started (it joins "
+        "the group there"
+    },
+    "process_target_factory": {"spawning": "started 2 process(es)"},
     "rank_from_inherited_env": {
         "process_group": "none gave rank=, so each read RANK from its environment, and two "
         "found 0 there"
