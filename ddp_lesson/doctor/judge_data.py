@@ -27,7 +27,9 @@ def _unseen(first: list[dict], world: int) -> list[int]:
 
     ``first``: each rank's first epoch of one loader. DistributedSampler's
     ``drop_last`` leaves out fewer items than there are ranks, a DataLoader's
-    ``drop_last`` what its last, short batch would have held (``dropped``).
+    ``drop_last`` what its last, short batch would have held (``dropped``);
+    a sampler of the script's own may do as DistributedSampler's ``drop_last``
+    does: equal shares, and exactly the remainder of the size by the world left out.
     """
     size = first[0]["size"]
     if not size or len(first) < world:
@@ -37,6 +39,8 @@ def _unseen(first: list[dict], world: int) -> list[int]:
     allowed = sum(e.get("dropped") or 0 for e in first)
     if first[0]["sampler"] == "DistributedSampler":
         allowed += (first[0].get("replicas") or world) - 1
+    elif len({len(e["indices"]) for e in first}) == 1 and len(unseen) == size % world:
+        allowed += size % world  # equal shares, the remainder left out (as drop_last does)
     return unseen if len(unseen) > allowed else []
 
 
