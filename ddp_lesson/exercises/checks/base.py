@@ -235,6 +235,16 @@ def launch_probe(
         return None, error
 
 
+def another_size(world_size: int) -> int | None:
+    """One rank more than ``world_size`` if this machine runs it, else one fewer (none below 1):
+    the world a check runs an answer in again, so that a number written in for this
+    machine's world shows."""
+    try:
+        return devices.check_world_size(world_size + 1)
+    except ValueError:
+        return world_size - 1 if world_size > 1 else None
+
+
 def worker_path(path: str | Path) -> str | None:
     """The absolute path of the learner's file, or ``None`` if there is no such file."""
     resolved = Path(path).resolve()

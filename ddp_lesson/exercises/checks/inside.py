@@ -18,7 +18,17 @@ from pathlib import Path
 
 from ...stages import stage
 from ..probes import inside as probes
-from .base import Result, failed, graded, launch_checked, passed
+from .base import (
+    Result,
+    another_size,
+    failed,
+    graded,
+    launch_checked,
+    launch_probe,
+    passed,
+    quote,
+    worker_path,
+)
 
 MODEL = stage("model_wrapping").title
 
@@ -145,13 +155,49 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
         wrong = judge()
         if wrong is not None:
             return wrong
+    other = another_size(world_size)
+    wrong = _elsewhere_wrong(name, path, world_size, other, finish_at)
+    if wrong is not None:
+        return wrong
     grad_gap = max(grad_gaps)
     per_step = len(report["calls"][-1])
+    also = f"; the same in a world of {other} rank(s)" if other else ""
     return passed(
         name,
         f"{world_size} ranks, {STEPS} steps: {per_step} all-reduce(s) per step, each started "
         "by a hook during backward and waited for before the step; gradients and parameters "
-        f"equal to DDP's (largest differences {grad_gap:.3g} and {param_gap:.3g}).",
+        f"equal to DDP's (largest differences {grad_gap:.3g} and {param_gap:.3g}){also}.",
+    )
+
+
+def _elsewhere_wrong(
+    name: str, path: Path, world_size: int, other: int | None, finish_at: str
+) -> Result | None:
+    """Run again in a world of ``other`` ranks: gradients and parameters must still be DDP's
+    (a division written in for this machine's world shows there)."""
+    if other is None:
+        return None
+    got, error = launch_probe(other, probes.hooked_training, worker_path(path), STEPS)
+    again = f"run again in a world of {other} rank(s), as on a machine with another count"
+    if error is not None:
+        return failed(
+            name, stage=MODEL, expected=f"your three functions to run in a world of {other} too",
+            happened=f"{again}: {quote(error)}",
+            fix="the line the error names: does it hold a number meant for "
+            f"{world_size} ranks?",
+        )  # fmt: skip
+    gap = max(max(r["grad_gap"]) for r in got)
+    param_gap = max(r["param_gap"] for r in got)
+    if gap <= TOLERANCE and param_gap <= TOLERANCE:
+        return None
+    return failed(
+        name,
+        stage=MODEL,
+        expected=f"the gradients after finish() to equal DDP's in any world, also of {other}",
+        happened=f"{again}: the gradients differed from DDP's by up to {gap:.3g} (with "
+        f"{world_size} ranks they matched)",
+        fix=f"{finish_at}: does every number in it come from the group, or was one written "
+        f"in for {world_size} ranks?",
     )
 
 

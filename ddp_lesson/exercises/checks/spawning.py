@@ -45,7 +45,7 @@ def check_spawn(start: Callable, world_size: object, *, reveal: bool = False) ->
         wrong = world_size_cell.cell_wrong(name)
     if wrong is None:
         wrong = _started(name, start, world_size)
-    other = _another_size(world_size)
+    other = base.another_size(world_size)
     if wrong is None and other is not None:
         wrong = _elsewhere(_started(name, start, other), other)
     if wrong is not None:
@@ -55,14 +55,6 @@ def check_spawn(start: Callable, world_size: object, *, reveal: bool = False) ->
         name, f"ranks {list(range(world_size))} each started once, all told world_size="
         f"{world_size}{also if other else ''}."
     )  # fmt: skip
-
-
-def _another_size(world_size: int) -> int | None:
-    """One rank more than ``world_size`` if this machine runs it, else one fewer (none below 1)."""
-    try:
-        return devices.check_world_size(world_size + 1)
-    except ValueError:
-        return world_size - 1 if world_size > 1 else None
 
 
 def _started(name: str, start: Callable, world_size: int) -> Result | None:
