@@ -383,3 +383,17 @@ def test_a_start_one_process_short_is_told_in_the_learner_s_terms():
     assert f"(nprocs={short})" in result.happened, result.happened
     assert f"world_size is {PLAN.world_size}" in result.happened, result.happened
     assert "how many processes" in result.fix, result.fix
+
+
+def test_a_quoted_launch_error_keeps_the_rank_and_line_not_where_its_traceback_is_kept():
+    # the learner calling a check holds no exception: "its .rank_traceback" is not theirs
+    from ddp_lesson import launch
+    from ddp_lesson.exercises.checks import base
+
+    message = launch.errors.raised(
+        0, 'Traceback:\n  File "/x/workers/w.py", line 3, in main\nTypeError: str expected', []
+    )
+    assert ".rank_traceback" in message
+    quoted = base.quote(launch.LaunchError(message, 0))
+    assert "rank 0 raised TypeError: str expected" in quoted and "line 3" in quoted, quoted
+    assert "rank_traceback" not in quoted, quoted

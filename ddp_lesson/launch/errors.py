@@ -251,6 +251,10 @@ def still_running(stacks: dict[int, str], leaving_out: int | None = None) -> str
     return f"When {'they were' if len(named) > 1 else 'it was'} stopped, {'; '.join(named)}"
 
 
+#: Where a launch's error keeps the failing rank's traceback (said to whoever caught it; a
+#: check that quotes the error leaves it out: its learner holds no exception).
+TRACEBACK_KEPT = " The rank's full traceback is in the exception's .rank_traceback."
+
 #: The signal on which a rank writes its Python stack (:mod:`.stacks`).
 STACK_SIGNAL = signal.SIGUSR2
 
@@ -339,10 +343,7 @@ def raised(index: int, trace: str, early: list[str], names: tuple[str, ...] = ()
     hint = _hint(error, names)
     if hint:
         message += f"\n{hint}"
-    return message + (
-        "\nAny other ranks were stopped. The rank's full traceback is in "
-        "the exception's .rank_traceback."
-    )
+    return message + "\nAny other ranks were stopped." + TRACEBACK_KEPT
 
 
 def exited(index: int, exit_code: int, signal_name: str | None, output: str) -> str:

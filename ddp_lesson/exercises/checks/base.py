@@ -204,7 +204,7 @@ def quote(error: BaseException) -> str:
     A launch's message names the rank, the error and ``at FILE, line N``;
     all of that is kept, the rank's full traceback is not.
     """
-    text = str(error).strip() or type(error).__name__
+    text = str(error).replace(launch.errors.TRACEBACK_KEPT, "").strip() or type(error).__name__
     if not isinstance(error, launch.LaunchError) and type(error).__name__ not in text:
         text = f"{type(error).__name__}: {text}"
     lines = [line for line in text.splitlines() if line.strip()][:4]
