@@ -238,6 +238,16 @@ def ddp_device_ids(device: torch.device) -> list[int] | None:
     return None
 
 
+def another_size(world_size: int) -> int | None:
+    """One rank more than ``world_size`` if this machine runs it, else one fewer (none below 1):
+    the world a check runs an answer in again, so that a number written in for this
+    machine's world shows."""
+    try:
+        return check_world_size(world_size + 1)
+    except ValueError:
+        return world_size - 1 if world_size > 1 else None
+
+
 def check_world_size(
     world_size: object,
     *,

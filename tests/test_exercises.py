@@ -292,6 +292,14 @@ def test_a_multiple_choice_check_keeps_the_right_letter_back_at_first():
             marks=pytest.mark.fixed_port,
         ),
         ("pg_every_rank_zero.py", CONNECTING, "", 15),
+        # whatever it raises, the fix is the test it never called
+        pytest.param(
+            "pg_device_test_uncalled.py",
+            CONNECTING,
+            "line 13 (`if torch.cuda.is_available:`) names a test without calling it",
+            15,
+            marks=ON_CPU,
+        ),
         ("pg_no_destroy.py", "teardown", "must be released", 15),
         # right on this machine: given a GPU per rank (stand-ins), they are not
         pytest.param(

@@ -224,6 +224,23 @@ def _asks_for_a_gpu(tree: ast.Module) -> bool:
     return any("cuda" in ast.unparse(c.func) for c in calls_in(tree, "is_available"))
 
 
+def uncalled_test_fix(path: Path) -> str:
+    """The fix for a file that names a test of torch's in a condition without calling it
+    (``if torch.cuda.is_available:``), in words; "" when it has none (or does not parse)."""
+    try:
+        source = path.read_text(errors="replace")
+        line = _uncalled_test(ast.parse(source))
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    if line is None:
+        return ""
+    return (
+        f"line {line} (`{source.splitlines()[line - 1].strip()}`) names a test without calling "
+        "it: a function is always true, so that branch runs on every machine; a test gives "
+        "its answer only when called"
+    )
+
+
 def _uncalled_test(tree: ast.Module) -> int | None:
     """The first line naming a test of torch's (``torch.cuda.is_available``...) in a
     condition without calling it: the function object itself, always true."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import devices, launch
+from ...doctor.read import uncalled_test_fix
 from ...reports import ReportMismatch, reports_of
 from . import answers
 
@@ -235,16 +236,6 @@ def launch_probe(
         return None, error
 
 
-def another_size(world_size: int) -> int | None:
-    """One rank more than ``world_size`` if this machine runs it, else one fewer (none below 1):
-    the world a check runs an answer in again, so that a number written in for this
-    machine's world shows."""
-    try:
-        return devices.check_world_size(world_size + 1)
-    except ValueError:
-        return world_size - 1 if world_size > 1 else None
-
-
 def worker_path(path: str | Path) -> str | None:
     """The absolute path of the learner's file, or ``None`` if there is no such file."""
     resolved = Path(path).resolve()
@@ -451,6 +442,7 @@ def launch_checked(
     if specific is None:  # (a failed Result is falsy: compare with None)
         specific = stranded(check, error, stage=stage, expected=expected)
     if specific is None:
+        fix = uncalled_test_fix(Path(path)) or fix  # (the error quoted is then its doing)
         specific = failed(check, stage=stage, expected=expected, happened=quote(error), fix=fix)
     raise EndCheck(specific)
 

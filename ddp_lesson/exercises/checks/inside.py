@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ... import devices
 from ...stages import stage
 from ..probes import inside as probes
 from .base import (
     Result,
-    another_size,
     failed,
     graded,
     launch_checked,
@@ -155,7 +155,7 @@ def check_hooks(path: str | Path, *, reveal: bool = False) -> Result:
         wrong = judge()
         if wrong is not None:
             return wrong
-    other = another_size(world_size)
+    other = devices.another_size(world_size)
     wrong = _elsewhere_wrong(name, path, world_size, other, finish_at)
     if wrong is not None:
         return wrong

@@ -45,7 +45,7 @@ def check_spawn(start: Callable, world_size: object, *, reveal: bool = False) ->
         wrong = world_size_cell.cell_wrong(name)
     if wrong is None:
         wrong = _started(name, start, world_size)
-    other = base.another_size(world_size)
+    other = devices.another_size(world_size)
     if wrong is None and other is not None:
         wrong = _elsewhere(_started(name, start, other), other)
     if wrong is not None:
