@@ -195,6 +195,10 @@ def start_port_as_text(main, world_size, port):  # right: the port as MASTER_POR
     mp.spawn(main, args=(world_size, str(port)), nprocs=world_size)
 
 
+def start_without_waiting(main, world_size, port):  # hands back the context, never joined
+    return mp.start_processes(main, (world_size, port), nprocs=world_size, join=False)
+
+
 def start_stub(main, world_size, port):
     raise NotImplementedError("your code here")
 
@@ -214,6 +218,7 @@ def start_stub(main, world_size, port):
         # every rank once, told the right world size, but never two running at once
         (start_each_then_wait, PLAN.world_size, "the processes ran one after another"),
         (start_fixed_port, PLAN.world_size, "main was given port 12355, not the one start()"),
+        (start_without_waiting, PLAN.world_size, "start() returned while 2 of the processes"),
     ],
 )
 def test_check_spawn_fails_wrong_answers(start, world_size, fragment):

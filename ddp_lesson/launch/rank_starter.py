@@ -83,6 +83,7 @@ class RankStarter:
             self.state.rank_pids.update({first + i: p.pid for i, p in enumerate(context.processes)})
         self.contexts.append(context)
         if not join:
+            self.state.unjoined += nprocs
             return context
         self.join(context)
         return None

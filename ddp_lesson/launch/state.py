@@ -100,6 +100,8 @@ class LaunchState:
     names: list[str] = field(default_factory=list)
 
     # -- how it ended ------------------------------------------------------------------
+    #: ranks started with ``join=False`` (mp.spawn hands their ``ProcessContext`` back)
+    unjoined: int = 0
     #: each rank's exit code, by rank
     ended: dict[int, int] = field(default_factory=dict)
     #: the traceback of each rank that raised

@@ -139,6 +139,17 @@ def _spawned(name: str, start: Callable, world_size: int) -> list[probes.RankRep
             fix="the body of start(): one call to mp.spawn",
         )
     got = reports.reports_of(probes.report_rank, run.reports)
+    if run.state.unjoined and run.state.stopped and len(got) < world_size:
+        return failed(
+            name,
+            stage=SPAWNING,
+            expected="start() to return once its processes have ended",
+            happened=f"start() returned while {run.state.stopped} of the processes it started "
+            "were still running (they were started with join=False, which hands back at "
+            "once), so the check's run ended with start() and stopped them before they "
+            "reported",
+            fix="start(): what does it wait for before it returns?",
+        )
     elsewhere = sorted({r["port"] for r in got} - {run.port})
     if elsewhere:
         return failed(
