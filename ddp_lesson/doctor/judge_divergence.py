@@ -283,13 +283,15 @@ def edited_after(ranks, changed: list[int], steps: int, after: str) -> Cause | N
     line, caller = found[0]["line"], found[0]["caller"]
     called = f", called from line {caller}" if caller is not None else ""
     if len(changed) == len(ranks):  # every rank wrote there: what each wrote differs
+        seeded = _seeded_apart(ranks)
         return Cause(
             f"every rank changed the wrapped model's parameters at line {line}{called}, "
             f"{after}, outside optimizer.step(), and the ranks' parameters differ from then "
             "on: what each rank put into them there was not the same (made on some ranks "
-            "only, or from each rank's own values), and DDP keeps the ranks equal only "
-            "through the steps it averages. Make what goes in the same on every rank "
-            "(compute it on every rank the same way, or broadcast it from rank 0)",
+            f"only, or from each rank's own values{seeded}), and DDP keeps the ranks equal "
+            "only through the steps it averages. Make what goes in the same on every rank "
+            "(compute it on every rank the same way, or broadcast it from rank 0)"
+            + (", or make the change before DDP(...)" if steps == 0 else ""),
             line,
         )
     return Cause(
@@ -300,6 +302,19 @@ def edited_after(ranks, changed: list[int], steps: int, after: str) -> Cause | N
         "the steps it averages. Make the change on every rank, or before DDP(...)",
         line,
     )
+
+
+def _seeded_apart(ranks) -> str:
+    """``"; ... seeded ... differently"`` when the ranks gave one seeding line different
+    values (a seed made from the rank), else ""."""
+    firsts = [{(x["call"], x["line"]): x["value"] for x in reversed(r.seeds)} for r in ranks]
+    for call, line in firsts[0]:
+        values = [f.get((call, line)) for f in firsts]
+        if None not in values and len(set(values)) > 1:
+            pairs = zip(ranks, values, strict=True)
+            said = ", ".join(f"{v} on rank {rank_of(r)}" for r, v in pairs)
+            return f"; the ranks seeded {call} differently at line {line}: {said}"
+    return ""
 
 
 def _changed_gradients(ranks, spans, before, now) -> Cause | None:

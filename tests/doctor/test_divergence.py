@@ -60,6 +60,11 @@ SAYS = {
     "random_features_per_rank": (["keeps `projection` (a tensor of shape [2, 8])",
                                   "neither a parameter nor a buffer", "register_buffer"],
                                  False),
+    "head_reset_after_wrap": (["every rank changed the wrapped model's parameters at line 13, "
+                              "called from line 23, after DDP(...) had wrapped it",
+                              "the ranks seeded torch.manual_seed differently at line 22: "
+                              "1000 on rank 0, 1001 on rank 1",
+                              "or make the change before DDP(...)"], True),
     "same_everywhere": (["parameters identical on every rank after 3 step(s)"], False),
     "grads_summed_after_ddp": (["all-reduce with SUM (line 16) the gradients that DDP's "
                                 "backward had already averaged", "2 times the average",
