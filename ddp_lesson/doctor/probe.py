@@ -74,6 +74,7 @@ from torch.optim.optimizer import (
 from .. import reports
 from ..launch import pause_after_destroy
 from . import sandbox
+from .probe_claims import loopback_store
 from .probe_data import (  # noqa: F401  (every name of the parts stays importable from here)
     begin_epoch,
     dropped_indices,
@@ -104,7 +105,6 @@ from .probe_group import (  # noqa: F401
     called_again,
     check_stuck,
     learner_frames,
-    loopback_store,
     recorded_collective,
     recorded_destroy,
     recorded_init,

@@ -6,8 +6,12 @@
 started, a world counting machines that never join), :func:`claimed_twice` (a rank
 two processes claimed: the start's fault when every process was given that rank),
 :func:`defaulted` (a torchrun variable this process lacks, read with a default in
-the learner's file) and
-:func:`meeting_place` (the address or file a group is told to meet at).
+the learner's file),
+:func:`meeting_place` (the address or file a group is told to meet at) and
+:func:`loopback_store`: a store the script hosts itself
+(``dist.TCPStore(..., is_master=True)``) listens on the loopback address
+only (torch's listens on every interface, whatever host it is given), and
+one whose port is taken is named with who may hold it.
 """
 
 from __future__ import annotations
@@ -239,4 +243,65 @@ def meeting_twice(where: str) -> str:
         "second group's rank 0 cannot listen on the port the first one "
         "holds (EADDRINUSE), or its ranks join the wrong group; give each group a port of "
         "its own, or run the groups one after another"
+    )
+
+
+#: The hosts whose store is moved to the loopback address, and the address it is moved to.
+LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "127.0.0.1": "127.0.0.1",
+                "localhost": "127.0.0.1", "::": "::1", "::1": "::1"}  # fmt: skip
+
+
+def loopback_store(tcp_store: type) -> type:
+    """``dist.TCPStore`` in a diagnosed process: a store it hosts listens on loopback only.
+
+    torch's store server listens on every interface (``:::PORT``) whatever
+    ``host_name`` says. Given a socket bound to the loopback address
+    (``master_listen_fd``, as the launch's own store is), it listens there;
+    its clients, which connect to ``host_name``, still reach it (``0.0.0.0``
+    and ``::`` reach the loopback address). A host of another machine's
+    address is left as torch would use it.
+    """
+    import socket
+
+    class LoopbackTCPStore(tcp_store):
+        __doc__ = tcp_store.__doc__
+
+        def __init__(self, host_name, port, world_size=None, is_master=False, *rest, **kwargs):
+            rest = list(rest)
+            given = rest[3] if len(rest) > 3 else kwargs.get("master_listen_fd")
+            address = LOOPBACK_FOR.get(str(host_name))
+            if is_master and given is None and address is not None:
+                family = socket.AF_INET6 if ":" in address else socket.AF_INET
+                try:
+                    listener = socket.create_server((address, port), family=family)
+                except OSError as taken:
+                    _store_port_taken(port, taken)
+                    raise
+                port = listener.getsockname()[1]
+                if len(rest) > 3:
+                    rest[3] = listener.detach()
+                else:
+                    kwargs["master_listen_fd"] = listener.detach()
+            super().__init__(host_name, port, world_size, is_master, *rest, **kwargs)
+
+    LoopbackTCPStore.__name__ = LoopbackTCPStore.__qualname__ = tcp_store.__name__
+    LoopbackTCPStore.__module__ = tcp_store.__module__
+    return LoopbackTCPStore
+
+
+def _store_port_taken(port: int, error: OSError) -> None:
+    """Stop where a store this process was to host finds its port taken: say who may hold it."""
+    import errno
+
+    if error.errno != errno.EADDRINUSE:
+        return
+    line = learner_line(2)
+    stop_at_stage(
+        "process_group",
+        f"the TCPStore made at line {line} with is_master=True could not listen on port {port}: "
+        "another process already does. Only one process of a group hosts its store (rank 0: "
+        "is_master=(rank == 0)) and the others connect to it with is_master=False; when "
+        "every rank passes is_master=True, the second finds the first's store there (else a "
+        "program of an earlier run still holds the port)",
+        line,
     )

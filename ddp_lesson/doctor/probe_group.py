@@ -15,9 +15,8 @@
   that waits for this rank; after ``destroy_process_group`` it stops at once;
 * :func:`recorded_destroy` records where the group was destroyed and
   tells the other ranks, through the store, that this one is done;
-* :func:`loopback_store` makes a store the script hosts itself
-  (``dist.TCPStore(..., is_master=True)``) listen on the loopback address
-  only: torch's listens on every interface, whatever host it is given.
+* a store the script hosts itself listens on the loopback address only
+  (:func:`.probe_claims.loopback_store`).
 """
 
 from __future__ import annotations
@@ -75,45 +74,6 @@ def recorded_store() -> dist.TCPStore:
         )
         process_state["store"] = store
     return store
-
-
-#: The hosts whose store is moved to the loopback address, and the address it is moved to.
-LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "127.0.0.1": "127.0.0.1",
-                "localhost": "127.0.0.1", "::": "::1", "::1": "::1"}  # fmt: skip
-
-
-def loopback_store(tcp_store: type) -> type:
-    """``dist.TCPStore`` in a diagnosed process: a store it hosts listens on loopback only.
-
-    torch's store server listens on every interface (``:::PORT``) whatever
-    ``host_name`` says. Given a socket bound to the loopback address
-    (``master_listen_fd``, as the launch's own store is), it listens there;
-    its clients, which connect to ``host_name``, still reach it (``0.0.0.0``
-    and ``::`` reach the loopback address). A host of another machine's
-    address is left as torch would use it.
-    """
-    import socket
-
-    class LoopbackTCPStore(tcp_store):
-        __doc__ = tcp_store.__doc__
-
-        def __init__(self, host_name, port, world_size=None, is_master=False, *rest, **kwargs):
-            rest = list(rest)
-            given = rest[3] if len(rest) > 3 else kwargs.get("master_listen_fd")
-            address = LOOPBACK_FOR.get(str(host_name))
-            if is_master and given is None and address is not None:
-                family = socket.AF_INET6 if ":" in address else socket.AF_INET
-                listener = socket.create_server((address, port), family=family)
-                port = listener.getsockname()[1]
-                if len(rest) > 3:
-                    rest[3] = listener.detach()
-                else:
-                    kwargs["master_listen_fd"] = listener.detach()
-            super().__init__(host_name, port, world_size, is_master, *rest, **kwargs)
-
-    LoopbackTCPStore.__name__ = LoopbackTCPStore.__qualname__ = tcp_store.__name__
-    LoopbackTCPStore.__module__ = tcp_store.__module__
-    return LoopbackTCPStore
 
 
 def backend_used(asked: object) -> str:

@@ -180,6 +180,10 @@ SAYS = {
         "the group there"
     },
     "process_target_factory": {"spawning": "started 2 process(es)"},
+    "store_hosted_everywhere": {
+        "process_group": "the TCPStore made at line 16 with is_master=True could not listen on "
+        "port 29855: another process already does"
+    },
     "rank_from_inherited_env": {
         "process_group": "none gave rank=, so each read RANK from its environment, and two "
         "found 0 there"
