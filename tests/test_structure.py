@@ -131,14 +131,17 @@ def test_outside_launch_only_its_exported_names_are_imported():
 
 
 def written_by_notebooks() -> set[str]:
-    """The files the lesson notebooks write (``%%writefile`` targets), as they name them."""
+    """The files the lesson and exercise notebooks write (``%%writefile`` targets), as they
+    name them and as the repository's root names them (they exist only once the notebook ran)."""
     import nbformat
 
     found = set()
-    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type == "code" and cell.source.startswith("%%writefile"):
-                found.add(cell.source.splitlines()[0].split()[-1])
+    for folder in ("notebooks", "exercises"):
+        for path in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "code" and cell.source.startswith("%%writefile"):
+                    target = cell.source.splitlines()[0].split()[-1]
+                    found |= {target, f"{folder}/{target}"}
     return found
 
 

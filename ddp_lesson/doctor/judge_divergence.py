@@ -143,19 +143,8 @@ def _stepped_unsynced(ranks, lines, k: int) -> Cause | None:
                               if done[i]["event"] in ("step", "wrap")), -1) + 1 :]
         if e["event"] == "forward"
     ]  # fmt: skip
-    outside = [n for n, e in enumerate(group, 1) if e.get("synced", True)]
-    if outside:
-        which = "the first" if outside == [1] else f"micro-batch(es) {', '.join(map(str, outside))}"
-        after = len(group) - outside[-1]
-        return Cause(
-            f"of the {len(group)} micro-batches before optimizer.step() (line {step}), "
-            f"{which} ran outside model.no_sync(), and the {after} after the last of those "
-            f"(forward at line {forward['line']}) inside it, the one right before the step "
-            "included: gradients added inside no_sync() after the last backward outside it "
-            "are never averaged, so each rank stepped with gradients partly its own. The test "
-            f"that picks no_sync() picks the wrong micro-batches: {LAST[0].lower()}{LAST[1:]}",
-            forward["line"],
-        )
+    if any(e.get("synced", True) for e in group):
+        return _synced_early(group, forward["line"], step)
     tail = _short_tail(done, group, step)
     if tail is not None:
         return tail
@@ -190,6 +179,21 @@ LAST = (
     "Inside no_sync() go all micro-batches but the last; the last, the one right before the "
     "step, must run outside it"
 )
+
+
+def _synced_early(group: list[dict], forward: int, step: int) -> Cause:
+    """An accumulation whose micro-batches outside ``no_sync()`` all came before its last."""
+    outside = [n for n, e in enumerate(group, 1) if e.get("synced", True)]
+    which = "the first" if outside == [1] else f"micro-batch(es) {', '.join(map(str, outside))}"
+    return Cause(
+        f"of the {len(group)} micro-batches before optimizer.step() (line {step}), {which} "
+        f"ran outside model.no_sync(), and the {len(group) - outside[-1]} after the last of "
+        f"those (forward at line {forward}) inside it, the one right before the step "
+        "included: gradients added inside no_sync() after the last backward outside it are "
+        "never averaged, so each rank stepped with gradients partly its own. The test that "
+        f"picks no_sync() picks the wrong micro-batches: {LAST[0].lower()}{LAST[1:]}",
+        forward,
+    )
 
 
 def _short_tail(done: list[dict], group: list[dict], step: int) -> Cause | None:

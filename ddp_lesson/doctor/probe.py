@@ -137,7 +137,6 @@ from .probe_state import (  # noqa: F401
     blocking,
     called_name,
     error_record,
-    failed_on_released,
     first_line,
     frame_line,
     is_learner,
@@ -401,7 +400,6 @@ def failed(error: BaseException) -> None:
     record = process_state["record"]
     if not isinstance(error, DoctorStop) and record.error is None:
         record.error = error_record(error)
-        failed_on_released(error, record.error["line"])
     mark_done()
     save_record()
 

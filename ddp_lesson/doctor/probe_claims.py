@@ -45,8 +45,9 @@ def check_claim(rank, world_size) -> None:
     if world_size is None or world_size < 1 or rank is None or not 0 <= rank < world_size:
         _swapped(rank, world_size, nprocs)
         _numbered_apart(rank, world_size)
-        _smaller_world(rank, world_size, nprocs)
         why, line = defaulted("WORLD_SIZE")
+        if not why:  # (a WORLD_SIZE read with a default says more)
+            _smaller_world(rank, world_size, nprocs)
         stop_at_stage(
             "process_group",
             f"init_process_group got rank={rank}, world_size={world_size}: the rank must "

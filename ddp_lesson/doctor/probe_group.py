@@ -106,7 +106,7 @@ def recorded_init(*args, **kwargs):
     }
     process_state["init_frames"] = learner_frames(sys._getframe(1))
     process_state.pop("released_at", None)  # a group made anew is not the one released
-    process_state.pop("then_at", None)
+    process_state.pop("then_said", None)
     timeout = given.get("timeout")
     if isinstance(timeout, datetime.timedelta):  # the group's own, which the doctor's waits hide
         process_state["group_timeout"] = (timeout.total_seconds(), record.init["line"])
@@ -278,15 +278,8 @@ def left_without(store, name: str, line: int, rank: int, other: int) -> None:
     made = f" (it made {calls} collective call(s) of its own)" if calls else ""
     size = process_state["record"].claimed_world_size or 0
     quiet_apart(store, size, f"rank {rank} waits in {name}() at line {line}; rank {other} ended")
-    if done.get("then") is not None:  # it released the group, went on, and called on it
-        stop_at_stage(
-            "process_group",
-            f"rank {rank} waits in {name}() (line {line}), but rank {other} had released "
-            f"its group (destroy_process_group() at line {done['released']}) and then called "
-            f"a collective at line {done['then']}, which has no group to run in{made}: "
-            "release the group only after the last collective of the run, on every rank",
-            done["released"],
-        )
+    if done.get("said"):  # it released the group and then called on it: its own fault, said so
+        stop_at_stage("teardown", done["said"], done["released"])
     stop_at_stage(
         "process_group",
         f"rank {rank} waits in {name}() (line {line}), but rank {other} ended without "
@@ -410,15 +403,14 @@ def recorded_collective(name: str) -> Callable:
             return real(*args, **kwargs)
         if not dist.is_initialized():
             if record.destroyed:
-                process_state["then_at"] = line  # (what a partner left waiting is told)
-                stop_at_stage(
-                    "teardown",
+                said = (
                     f"{name}() at line {line} runs after destroy_process_group() at line "
                     f"{record.destroyed['line']}{_called(record.destroyed)} released the "
-                    "group, so it has no group "
-                    "to run in; destroy the group after the last collective",
-                    record.destroyed["line"],  # where the fix goes
+                    "group, so it has no group to run in; destroy the group after the last "
+                    "collective"
                 )
+                process_state["then_said"] = said  # (a partner left waiting says the same)
+                stop_at_stage("teardown", said, record.destroyed["line"])  # where the fix goes
             return real(*args, **kwargs)
         group = signature.bind_partial(*args, **kwargs).arguments.get("group")
         if group is not None and group is not dist.group.WORLD:

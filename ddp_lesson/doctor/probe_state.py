@@ -320,8 +320,8 @@ def group_key(kind: str, *parts: object) -> str:
 def mark_done(ended: bool = True) -> None:
     """Tell the other ranks this one has left its group, as JSON: its collective calls so
     far (``calls``), whether its function has ended (``ended``), and, when it left by
-    ``destroy_process_group``, that line (``released``) and the line of a collective it
-    then called on the group it had released (``then``; see :func:`failed_on_released`)."""
+    ``destroy_process_group``, that line (``released``) and what it was stopped for when it
+    then called a collective on the group it had released (``said``)."""
     record = process_state["record"]
     if record.claimed_rank is not None and process_state.get("store") is not None:
         try:
@@ -329,7 +329,7 @@ def mark_done(ended: bool = True) -> None:
                 "calls": len(record.collectives),
                 "ended": ended,
                 "released": process_state.get("released_at"),
-                "then": process_state.get("then_at"),
+                "said": process_state.get("then_said"),
             })  # fmt: skip
             store = process_state["store"]
             store.set(group_key("done", record.claimed_rank), done)
@@ -339,12 +339,6 @@ def mark_done(ended: bool = True) -> None:
                 store.compare_set(process_state["holds"], launch, "")
         except Exception:  # the store may be gone at the very end
             pass
-
-
-def failed_on_released(error: BaseException, line: int | None) -> None:
-    """Note a collective called after this rank released its group (torch: not initialized)."""
-    if process_state.get("released_at") is not None and "not been initialized" in str(error):
-        process_state["then_at"] = line
 
 
 def wants_torchrun(variable: str, line: int | None) -> None:

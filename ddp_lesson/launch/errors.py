@@ -251,15 +251,12 @@ def still_running(stacks: dict[int, str], leaving_out: int | None = None) -> str
     return f"When {'they were' if len(named) > 1 else 'it was'} stopped, {'; '.join(named)}"
 
 
-#: Where a launch's error keeps the failing rank's traceback (said to whoever caught it; a
-#: check that quotes the error leaves it out: its learner holds no exception).
+#: Where a launch's error keeps the failing rank's traceback (a check quoting it leaves it out).
 TRACEBACK_KEPT = " The rank's full traceback is in the exception's .rank_traceback."
 
-#: The signal on which a rank writes its Python stack (:mod:`.stacks`).
+#: The signal on which a rank writes its stack (:mod:`.stacks`), and the signals a launch
+#: sends its own ranks (a rank they ended was ended because another rank failed first).
 STACK_SIGNAL = signal.SIGUSR2
-
-#: Signals a launch sends its own ranks: torch's stop, and the request for a stack. A rank
-#: they ended was ended because another rank failed first.
 LAUNCH_SIGNALS = (signal.SIGTERM, STACK_SIGNAL)
 
 #: What a rank's error says when a partner vanished in the middle of a collective.
@@ -373,11 +370,7 @@ def exited(index: int, exit_code: int, signal_name: str | None, output: str) -> 
 
 
 def interrupted(stopped: int) -> str:
-    """The message for a launch interrupted by the learner (the stop button).
-
-    >>> interrupted(2)
-    'launch interrupted: its 2 process(es) were stopped'
-    """
+    """The message for a launch interrupted by the learner (the stop button)."""
     return f"launch interrupted: its {stopped} process(es) were stopped"
 
 

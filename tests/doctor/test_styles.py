@@ -163,9 +163,10 @@ SAYS = {
         "process_group": "rank 0 waits in all_reduce() (line 12, called from line 18, from "
         "line 34)"
     },
+    # (the rank left waiting says the same as the rank that released the group)
     "released_before_last_collective": {
-        "process_group": "but rank 0 had released its group (destroy_process_group() at line "
-        "14) before calling it"
+        "teardown": "all_gather() at line 29 runs after destroy_process_group() at line 14 "
+        "(called from line 27) released the group"
     },
     "world_from_gpu_count": {
         "process_group": "init_process_group got rank=1, world_size=1, but 2 processes were "

@@ -19,16 +19,8 @@ from pathlib import Path
 from ... import devices
 from ...stages import stage
 from ..probes import inside as probes
-from .base import (
-    Result,
-    failed,
-    graded,
-    launch_checked,
-    launch_probe,
-    passed,
-    quote,
-    worker_path,
-)
+from . import base
+from .base import Result, failed, graded, launch_checked, passed
 
 MODEL = stage("model_wrapping").title
 
@@ -177,12 +169,12 @@ def _elsewhere_wrong(
     (a division written in for this machine's world shows there)."""
     if other is None:
         return None
-    got, error = launch_probe(other, probes.hooked_training, worker_path(path), STEPS)
+    got, error = base.launch_probe(other, probes.hooked_training, base.worker_path(path), STEPS)
     again = f"run again in a world of {other} rank(s), as on a machine with another count"
     if error is not None:
         return failed(
             name, stage=MODEL, expected=f"your three functions to run in a world of {other} too",
-            happened=f"{again}: {quote(error)}",
+            happened=f"{again}: {base.quote(error)}",
             fix="the line the error names: does it hold a number meant for "
             f"{world_size} ranks?",
         )  # fmt: skip

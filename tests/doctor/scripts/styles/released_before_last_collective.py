@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 def wrap_up(model, rank):
     if rank == 0:
         _ = {k: v.clone() for k, v in model.module.state_dict().items()}  # (kept, as a save)
-        dist.destroy_process_group()  # planted: process_group
+        dist.destroy_process_group()  # planted: teardown
 
 
 def fit(rank, world):
