@@ -373,3 +373,12 @@ def test_a_rank_stopped_while_it_connected_is_read_as_ranks_not_meeting():
     result = stage_workers._not_met("check_process_group", path, devices.plan(), error)
     assert result is not None and "may be meeting at different addresses or ports" in result.fix
     assert "rank 1 was still trying to reach the group when it was stopped" in result.happened
+
+
+def test_check_evaluate_names_an_accuracy_no_image_of_the_call_went_into(tmp_path):
+    # a copy, so the number it remembers lands in a folder of its own
+    answer = tmp_path / "remembered.py"
+    answer.write_text((ANSWERS / "practice_evaluate_remembered.py").read_text())
+    result = checks.check_evaluate(answer)
+    assert_fails(result, SPLITTING, "no rank gave the model any of them, yet evaluate returned")
+    assert "where does the number it returns come from" in result.fix, str(result)

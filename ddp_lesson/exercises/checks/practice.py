@@ -433,15 +433,18 @@ def _parts_wrong(given: list[list[int]], size: int, on: str) -> Result | None:
         )
     idle = [rank for rank, indices in enumerate(given) if not set(indices) - {-1}]
     if len(given) > 1 and idle and size >= len(given):
+        seen = [f"rank {r} {len(set(ix) - {-1})}" for r, ix in enumerate(given) if r not in idle]
         return failed(
             name,
             stage=DATA,
             expected=f"each rank to give the model its own part of the {size} images",
-            happened=f"{on}: rank {idle[0]} gave the model none of them; the other rank(s) "
-            "evaluated every image",
+            happened=f"{on}: rank {idle[0]} gave the model none of them (images given: "
+            f"{', '.join(seen)})" if seen else f"{on}: no rank gave the model any of them, yet "
+            "evaluate returned an accuracy",
             fix="evaluate, where the images to look at are chosen: every rank must take a "
-            "part of the test set, every image in exactly one part",
-            answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))",
+            "part of the test set, every image in exactly one part" if seen else "evaluate: "
+            "where does the number it returns come from, if not from this model and images?",
+            answer="Subset(test_dataset, range(rank, len(test_dataset), world_size))" * bool(seen),
         )
     twice = sorted({i for i in everything if i >= 0 and everything.count(i) > 1})
     if twice:
