@@ -339,7 +339,7 @@ def _cpu_device_ids(error: BaseException) -> Result | None:
     return failed(
         "check_wrap",
         stage=MODEL,
-        expected="DDP(model) for a model on the CPU",
+        expected="a model on the CPU wrapped without naming a GPU",
         happened="DDP refused device_ids for a CPU module",
         fix="wrap: device_ids names the GPU a model is on; a model on the CPU has none",
         answer="DDP(model, device_ids=[rank]) only when device.type == 'cuda', else DDP(model)",
