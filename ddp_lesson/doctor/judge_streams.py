@@ -35,10 +35,11 @@ def _stream_ended_early(first: dict[int, dict]) -> str | None:
     more = f"{count}" if first[rank].get("ended") else f"at least {count}"
     return (
         f"rank {shortest}'s loader ran out after {ended[shortest]} batches in the first epoch, "
-        f"while rank {rank}'s gave {more}: {UNEVEN}, so the rank with more batches waits "
-        "in its extra backward pass for ranks that have finished. Give every rank as many "
-        "batches (split the stream into equal shares, dropping the remainder), or train "
-        "inside model.join()"
+        f"while rank {rank}'s gave {more}: {UNEVEN}, so the rank with more batches meets "
+        "its extra backward pass alone (it waits there, or its all-reduce meets another "
+        "collective of the others' and fails). Give every rank as many batches, counted "
+        "after whatever each rank filters or drops (equal shares, the remainder dropped), or "
+        "train inside model.join()"
     )
 
 

@@ -171,9 +171,9 @@ def called_again(first: int | None) -> None:
     stop_at_stage(
         "process_group",
         f"init_process_group is called again while the group it made (line {first}) is "
-        f"still up: {how}, and torch refuses a second default group; call it once per "
-        "process, before the training loop (to start a new group on purpose, call "
-        "destroy_process_group() first)",
+        f"still up: {how}, and torch refuses a second default group; make the group once "
+        "per process, outside what repeats, or release it before it is made again "
+        "(destroy_process_group() at the end of the function that made it)",
         line,
     )
 

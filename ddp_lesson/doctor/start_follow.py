@@ -194,8 +194,8 @@ def _stop_one_by_one(process: BaseProcess, waits: tuple[int, int, int | None], l
         f"rank {rank} was waiting in init_process_group{at} for the "
         f"{counted(world, 'process', 'processes')} of its group while the script had started "
         f"only {started}: the script joins each process (line {line}) before it starts the "
-        "next, so the first waits for partners that are never started. Start every process "
-        "first, then join them in a loop of their own"
+        "next, so the first waits for partners the script starts only once it has ended. "
+        "Start every process first, then join them in a loop of their own"
     )
     record = probe.current()
     record.stop = {"stage": "spawning", "evidence": evidence, "line": line, "time": time.time()}
