@@ -408,9 +408,9 @@ def _shares_text(
     text = got + (f" ({len(shared)} repeated as padding)" if shared else ", no overlap")
     if epochs > 1:
         text += (
-            f"; a new order in each of {epochs} epochs"
+            f"; a new order in each of {epochs} epochs the doctor ran"
             if shuffled
-            else f"; the same order in each of {epochs} epochs"
+            else f"; the same order in each of {epochs} epochs the doctor ran"
             + (" (shuffle=False)" if known else "")
         )
     return text
