@@ -220,10 +220,16 @@ def defaulted(name: str) -> tuple[str, int | None]:
     for number, text in enumerate(linecache.getlines(path), 1):
         code = text.split("#")[0]
         if any(q + name + q in code for q in "\"'") and given_default.search(code):
+            entry = process_state.get("entry")  # (the number its start handed the function)
+            given = (
+                f"; its start handed {getattr(entry[1], '__name__', 'its function')} its "
+                f"number first (this process: {entry[0]}): use that"
+                if entry and name in ("RANK", "LOCAL_RANK") else ""
+            )  # fmt: skip
             return (
                 f"this process has no {name} in its environment, so line {number} "
                 f"(`{code.strip()}`) gave its default; set {name} for every process the "
-                "script starts, or pass the value in"
+                f"script starts, or pass the value in{given}"
             ), number
     return "", None
 

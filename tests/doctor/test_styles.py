@@ -185,6 +185,10 @@ SAYS = {
         "process_group": "the TCPStore made at line 16 with is_master=True could not listen on "
         "port 29855: another process already does"
     },
+    "rank_env_default_under_spawn": {
+        "process_group": "gave its default; set RANK for every process the script starts, or "
+        "pass the value in; its start handed main its number first (this process: "
+    },
     "rank_from_inherited_env": {
         "process_group": "none gave rank=, so each read RANK from its environment, and two "
         "found 0 there"
