@@ -251,6 +251,13 @@ def crash_finding(
         return Judged()  # the unused parameters explain it (see judge_model)
     said = error_text(error)
     evidence = f"{process} raised {said}{quote(reading, line)}"
+    if "inconsistent" in said and " params" in said:  # DDP's check of the models it wraps
+        evidence += (
+            ": DDP counts the parameters that require a gradient, and the ranks' models "
+            "differ there (a part frozen with requires_grad_(False), added or left out on "
+            "some ranks only); build and freeze the model the same way on every rank, "
+            "before DDP(...)"
+        )
     if stage is None:
         return Judged(failure=StageVerdict(
             FAULT,

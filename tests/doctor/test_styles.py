@@ -61,7 +61,8 @@ SAYS = {
         "processes: worker (line 14) takes its parameters in another order",
     },
     "pretrained_then_frozen_on_rank0": {
-        "model_wrapping": "DDP expects same model across all ranks",
+        "model_wrapping": "the ranks' models differ there (a part frozen with "
+        "requires_grad_(False), added or left out on some ranks only)",
         "data_division": "not reached: a rank raised RuntimeError at line 34",
     },
     "join_epochs_uneven": {"model_wrapping": "DDP wrapped the model on 2 ranks (cpu); "
