@@ -43,7 +43,9 @@ def told_alike(first: list[dict]) -> str:
         return (
             f"the ranks' DistributedSamplers{at} were told the same rank ({given}), so they "
             "take the same part of the data; give each its own rank (rank=rank, or leave "
-            "rank out: the sampler asks the group)"
+            "rank out: the sampler asks the group). A rank read from the environment with a "
+            "default (RANK, LOCAL_RANK) is that default in every process mp.spawn starts: "
+            "spawn sets neither"
         )
     return ""
 
