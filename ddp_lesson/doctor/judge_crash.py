@@ -208,6 +208,18 @@ def _only_some_called(
     )
 
 
+def _known(said: str) -> str:
+    """What a known error of torch's means for the script, after a colon; else ""."""
+    if "inconsistent" in said and " params" in said:  # DDP's check of the models it wraps
+        return (
+            ": DDP counts the parameters that require a gradient, and the ranks' models "
+            "differ there (a part frozen with requires_grad_(False), added or left out on "
+            "some ranks only); build and freeze the model the same way on every rank, "
+            "before DDP(...)"
+        )
+    return ""
+
+
 def crash_finding(
     reading: Reading,
     crashed,
@@ -250,14 +262,7 @@ def crash_finding(
     if stage == "model_wrapping" and unused:
         return Judged()  # the unused parameters explain it (see judge_model)
     said = error_text(error)
-    evidence = f"{process} raised {said}{quote(reading, line)}"
-    if "inconsistent" in said and " params" in said:  # DDP's check of the models it wraps
-        evidence += (
-            ": DDP counts the parameters that require a gradient, and the ranks' models "
-            "differ there (a part frozen with requires_grad_(False), added or left out on "
-            "some ranks only); build and freeze the model the same way on every rank, "
-            "before DDP(...)"
-        )
+    evidence = f"{process} raised {said}{quote(reading, line)}{_known(said)}"
     if stage is None:
         return Judged(failure=StageVerdict(
             FAULT,
