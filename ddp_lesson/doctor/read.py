@@ -21,6 +21,7 @@ the processes), :mod:`.read_group` (the process group), :mod:`.read_data`
 from __future__ import annotations
 
 import ast
+import re
 import io
 import tokenize
 from pathlib import Path
@@ -224,9 +225,12 @@ def _asks_for_a_gpu(tree: ast.Module) -> bool:
     return any("cuda" in ast.unparse(c.func) for c in calls_in(tree, "is_available"))
 
 
-def uncalled_test_fix(path: Path) -> str:
+def uncalled_test_fix(path: Path, error: str = "") -> str:
     """The fix for a file that names a test of torch's in a condition without calling it
-    (``if torch.cuda.is_available:``), in words; "" when it has none (or does not parse)."""
+    (``if torch.cuda.is_available:``), in words; "" when it has none (or does not parse),
+    or when ``error`` (what the run raised, if given) is not about a GPU or its backend."""
+    if error and not re.search(r"(?i)cuda|nccl|gpu|device", error):
+        return ""
     try:
         source = path.read_text(errors="replace")
         line = _uncalled_test(ast.parse(source))

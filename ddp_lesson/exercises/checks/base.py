@@ -442,7 +442,7 @@ def launch_checked(
     if specific is None:  # (a failed Result is falsy: compare with None)
         specific = stranded(check, error, stage=stage, expected=expected)
     if specific is None:
-        fix = uncalled_test_fix(Path(path)) or fix  # (the error quoted is then its doing)
+        fix = uncalled_test_fix(Path(path), str(error)) or fix  # (the error is its doing)
         specific = failed(check, stage=stage, expected=expected, happened=quote(error), fix=fix)
     raise EndCheck(specific)
 
