@@ -21,8 +21,8 @@ the processes), :mod:`.read_group` (the process group), :mod:`.read_data`
 from __future__ import annotations
 
 import ast
-import re
 import io
+import re
 import tokenize
 from pathlib import Path
 
