@@ -202,8 +202,6 @@ def nothing_checked(diagnosis: Diagnosis, outcome: Outcome, reading: Reading) ->
         else "; make sure it starts its processes and trains when run as "
         + ("torchrun runs it" if reading.mode == TORCHRUN else "a script")
     )
-    if "multiprocessing Pool" in why:
-        hint = "; start the ranks with mp.spawn or multiprocessing.Process to have them checked"
     said = printed(outcome.output)
     said = f"; the last lines it printed: {said}" if said else ""
     return f"nothing in {reading.path.name} could be checked: {why}{said}{hint}"

@@ -66,9 +66,8 @@ def why_not_run(outcome: Outcome, reading: Reading) -> str:
     pools = [s for s in (script.spawns if script else []) if s.get("by") == "multiprocessing.Pool"]
     if pools and not outcome.ranks:
         return (
-            f"the script started its processes with a multiprocessing Pool (line "
-            f"{pools[0]['line']}), whose workers the doctor does not follow (it follows mp.spawn, "
-            "start_processes, elastic_launch, multiprocessing.Process and torchrun)"
+            f"the script started a multiprocessing Pool (line {pools[0]['line']}), and no "
+            "task it sent its workers reached a step the doctor checks"
         )
     if script is not None and not script.spawns:
         e = script.error

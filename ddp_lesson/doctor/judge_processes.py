@@ -66,6 +66,8 @@ def _function(outcome) -> str:
     script = outcome.script
     if script is None or not script.spawns:
         return "main"
+    if script.spawns[0].get("by") == "multiprocessing.Pool":  # the task each worker was sent
+        return next((r.ran for r in outcome.ranks if r.ran), "its task")
     return script.spawns[0].get("target") or "main"
 
 

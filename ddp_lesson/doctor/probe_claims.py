@@ -135,12 +135,15 @@ def _numbered_apart(rank, world_size) -> None:
     first, runs = process_state.get("started_with") or (None, None)
     if runs is None or first != rank or isinstance(first, bool) or not isinstance(rank, int):
         return
+    pooled = process_state.get("pool_task")
+    how = "sent a Pool task" if pooled else "started with multiprocessing.Process"
+    which = "tasks" if pooled else "processes the loop starts"
     stop_at_stage(
         "spawning",
-        f"this process was started with multiprocessing.Process and given {rank} as its first "
-        f"argument, which {runs} passes to init_process_group as the rank; in a world of "
-        f"{world_size} the ranks are 0..{world_size - 1}: number the processes the loop "
-        "starts from 0 (range(world_size), or enumerate without start=)",
+        f"this process was {how} and given {rank} as its first argument, which {runs} "
+        f"passes to init_process_group as the rank; in a world of {world_size} the ranks "
+        f"are 0..{world_size - 1}: number the {which} from 0 (range(world_size), or "
+        "enumerate without start=)",
     )
 
 
@@ -192,13 +195,18 @@ def claimed_twice(rank: int, from_env: bool = False) -> None:
             line,
         )
     if isinstance(first, int) and not isinstance(first, bool) and first == rank:
+        pooled = process_state.get("pool_task")
+        who = (
+            "tasks sent to the multiprocessing.Pool" if pooled
+            else "processes started with multiprocessing.Process"
+        )  # fmt: skip
+        each = "one of range(world_size) per task" if pooled else "its number in the loop"
         stop_at_stage(
             "spawning",
-            f"the processes started with multiprocessing.Process were each given {rank} as "
-            f"their first argument, which {runs} passes to init_process_group as the rank, "
-            f"so two processes both claimed rank {rank}; give each process its own rank "
-            "(one number per process of the world: on one machine, its number in the loop that "
-            "starts them)",
+            f"the {who} were each given {rank} as their first argument, which {runs} passes "
+            f"to init_process_group as the rank, so two processes both claimed rank {rank}; "
+            f"give each its own rank (one number per process of the world: on one machine, "
+            f"{each}{'' if pooled else ' that starts them'})",
         )
     stop_at_stage(
         "process_group",

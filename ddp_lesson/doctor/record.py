@@ -184,6 +184,7 @@ class ProcessRecord:
         launch: which of the script's starts of processes made it (the number
             of processes the earlier ones made; 0 for the first, and for a
             process the doctor or torchrun started).
+        ran: the function a ``multiprocessing.Pool`` worker was sent as its task.
     """
 
     index: int
@@ -223,6 +224,7 @@ class ProcessRecord:
     gpu_tensors: int = 0
     script: bool = False
     launch: int = 0
+    ran: str | None = None
 
     @property
     def rank(self) -> int:

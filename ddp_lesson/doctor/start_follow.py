@@ -6,8 +6,8 @@ its rank. In the script's own process (:func:`.start.script_process`),
 :func:`follow` has ``Process.start`` give each such process the probe
 before its function runs (:func:`followed`, a rank like any other of the
 run), and note the line that started it in the script's record. A
-``multiprocessing.Pool`` is noted, not probed: its workers run whatever
-tasks they are sent, so no one function is a rank's.
+``multiprocessing.Pool``'s workers are probed too, each task they are sent
+run as a rank's function (:func:`pooled`).
 
 ``Process.join`` is watched too: a script that joins each process before it
 starts the next leaves the first one waiting for ever in
@@ -94,8 +94,10 @@ def _start(original):
             return original(self)
         line = probe.learner_line()
         if self._target is multiprocessing.pool.worker:
+            index = _followed_state["started"]
+            _followed_state["started"] += 1
             _note_start("multiprocessing.Pool", self._target, 0, line)
-            self._target = functools.partial(unfollowed, self._target)
+            self._target = functools.partial(pooled, probe.settings(), index, self._target)
             return original(self)
         index = _followed_state["started"]
         _followed_state["started"] += 1
@@ -130,17 +132,57 @@ def followed(settings: Settings, index: int, target, *args, **kwargs) -> None:
     probe.finish(leave=False)
 
 
-def unfollowed(target, *args, **kwargs) -> None:
-    """A process the doctor does not follow (a Pool's worker), run as in a plain run.
+def pooled(settings: Settings, index: int, worker, tasks, *args) -> None:
+    """A ``multiprocessing.Pool``'s worker process, probed: each task it is sent runs as a
+    rank's function (a Pool started for DDP sends each worker one task that joins the group).
 
-    A SIGTERM ends it at once, even while torch's native code holds it (the
-    probe's handler would wait); and the launch's switch that points a rank
-    at the doctor's store is taken from its environment: the group its tasks
-    make is hosted by their own rank 0, as when the script runs alone.
+    The launch's switch that points a rank at the doctor's store is taken
+    from its environment, as for programs the script starts: what a task
+    makes of its group it makes as when the script runs alone.
     """
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.environ.pop(AGENT_STORE_ENV, None)
-    target(*args, **kwargs)
+    probe.install(settings, index)
+    worker(_Tasks(tasks), *args)
+
+
+class _Tasks:
+    """A Pool worker's queue of tasks, each handed over to run as :func:`_task`."""
+
+    def __init__(self, queue):
+        self._queue = queue
+
+    def __getattr__(self, name):  # (the worker closes the queue's writing end itself)
+        return getattr(self._queue, name)
+
+    def get(self):
+        task = self._queue.get()
+        if task is None:  # (the pool's sign to stop)
+            return task
+        job, i, func, args, kwargs = task
+        return job, i, functools.partial(_task, func), args, kwargs
+
+
+def _task(func, *args, **kwargs):
+    """One task of a Pool worker, recorded as a rank's function; the pool's end (SIGTERM to
+    its idle workers) then ends the process at once, as in a plain run."""
+    fn, first = func, args[0] if args else None
+    if func in (multiprocessing.pool.mapstar, multiprocessing.pool.starmapstar) and args:
+        fn, chunk = args[0]
+        first = next(iter(chunk), None)
+        if func is multiprocessing.pool.starmapstar and isinstance(first, tuple | list):
+            first = first[0] if first else None
+    probe.process_state.update(started_with=(first, probe.called_name(fn)), pool_task=True)
+    probe.current().ran = probe.called_name(fn)
+    probe.rewire(getattr(fn, "__globals__", {}))
+    try:
+        result = func(*args, **kwargs)
+    except BaseException as error:
+        probe.failed(error)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    probe.finish(leave=False)
+    return result
 
 
 def _join(original):

@@ -222,7 +222,7 @@ SAYS = {
     "snapshot": {"spawning": "torchrun started 2", "notes": STAND_INS},
     "accumulate": {"data_division": "64 of the 128 training items were never seen"},
     "late_set_epoch": {"data_division": "set_epoch is called too late"},
-    "connect_each_epoch": {"process_group": "call it once"},
+    "connect_each_epoch": {"process_group": "make the group once per process, outside what repeats"},
     "part_wrapped": {"model_wrapping": "outside the module DDP wraps: 2 tensor(s)"},
     "hand_split": {"data_division": "a data set of its own (split by hand"},
     "hand_split_uneven": {
@@ -620,7 +620,7 @@ def test_a_wrapped_model_that_never_trains_is_called_wrapped_not_exercised(tmp_p
     assert "not exercised" in result.stages["model_wrapping"].evidence, shown
 
 
-# -- a route the doctor does not follow is named, never judged ---------------------------------
+# -- ranks started by a Pool: each worker's task is followed as a rank's function ---------------------------------
 POOL = '''
 import multiprocessing
 
@@ -655,18 +655,29 @@ POOL_ENV = POOL.replace(
 ).replace("import multiprocessing\n", "import multiprocessing\nimport os\n")
 
 
-@pytest.mark.parametrize("source", [POOL, POOL_ENV], ids=["tcp", "env"])
-def test_ranks_started_by_a_pool_are_named_as_such_not_judged(tmp_path, source):
-    # (whichever way the tasks meet, they run as in a plain run: their own rank 0 hosts)
+@pytest.mark.parametrize("source", [POOL, POOL_ENV], ids=["fork_tcp", "spawn_env"])
+def test_ranks_started_by_a_pool_are_judged_as_ranks(tmp_path, source):
+    # whichever way the pool starts its workers and the tasks meet
     assert source.count("init_process_group") == 1
     path = tmp_path / "pooled.py"
     path.write_text(source)
     result = doctor.diagnose(path, 2)
-    assert result.exit_code == 2 and result.faults == [], str(result)
-    line = next(n for n, t in enumerate(source.splitlines(), 1) if "Pool(2) as pool:" in t)
-    said = result.problem
-    assert f"with a multiprocessing Pool (line {line})" in said, said
-    assert "`finished: [0, 1]`" in said and "multiprocessing.Process" in said, said
+    shown = str(result)
+    assert result.exit_code == 0 and result.faults == [], shown
+    said = {key: verdict.evidence for key, verdict in result.stages.items()}
+    assert "multiprocessing.Pool started 2 process(es), each running train" in said["spawning"]
+    assert "ranks [0, 1] joined one gloo group" in said["process_group"], shown
+    assert "before train returned" in said["teardown"], shown
+
+
+def test_a_pool_whose_tasks_claim_one_rank_is_named_at_its_start(tmp_path):
+    path = tmp_path / "pooled.py"
+    path.write_text(POOL.replace("pool.map(train, range(2))", "pool.map(train, [0, 0])"))
+    result = doctor.diagnose(path, 2)
+    assert result.faults == ["spawning"], str(result)
+    said = result.stages["spawning"].evidence
+    assert "the tasks sent to the multiprocessing.Pool were each given 0" in said, said
+    assert "one of range(world_size) per task" in said, said
 
 
 def test_a_rank_that_left_early_is_named_not_the_step_its_partner_waited_in(tmp_path):
