@@ -222,7 +222,7 @@ SAYS = {
     "snapshot": {"spawning": "torchrun started 2", "notes": STAND_INS},
     "accumulate": {"data_division": "64 of the 128 training items were never seen"},
     "late_set_epoch": {"data_division": "set_epoch is called too late"},
-    "connect_each_epoch": {"process_group": "make the group once per process, outside what repeats"},
+    "connect_each_epoch": {"process_group": "make the group once per process, outside what"},
     "part_wrapped": {"model_wrapping": "outside the module DDP wraps: 2 tensor(s)"},
     "hand_split": {"data_division": "a data set of its own (split by hand"},
     "hand_split_uneven": {
@@ -620,7 +620,7 @@ def test_a_wrapped_model_that_never_trains_is_called_wrapped_not_exercised(tmp_p
     assert "not exercised" in result.stages["model_wrapping"].evidence, shown
 
 
-# -- ranks started by a Pool: each worker's task is followed as a rank's function ---------------------------------
+# -- ranks started by a Pool: each worker's task is followed as a rank's function ----------------
 POOL = '''
 import multiprocessing
 
