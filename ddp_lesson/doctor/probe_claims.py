@@ -242,6 +242,28 @@ def defaulted(name: str) -> tuple[str, int | None]:
     return "", None
 
 
+def meets_unset(given: dict) -> None:
+    """Stop when a process is to meet through its environment (``env://``, the default) but
+    lacks ``MASTER_ADDR`` or ``MASTER_PORT`` there: torch raises at that call."""
+    method = given.get("init_method")
+    if given.get("store") is not None or method not in (None, "env://"):
+        return
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if not missing:
+        return
+    record = process_state["record"]
+    line = (record.init or {}).get("line")
+    stop_at_stage(
+        "process_group",
+        f"rank {record.claimed_rank} calls init_process_group (line {line}) to meet through "
+        f"its environment (env://), but this process has no {' and no '.join(missing)} there: "
+        f"run as written, torch raises at that line ('environment variable {missing[0]} "
+        "expected, but not set'). Every process needs both, set the same before it calls "
+        "init_process_group (set in one rank's code only, they exist in that process alone)",
+        line,
+    )
+
+
 def meeting_place(init_method: object) -> str:
     """Where a group is told to meet: ``init_method``'s address, or the environment's."""
     if isinstance(init_method, str) and init_method.startswith("tcp://"):

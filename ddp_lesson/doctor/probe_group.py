@@ -34,7 +34,14 @@ import torch
 import torch.distributed as dist
 
 from .probe_buffers import quiet_apart
-from .probe_claims import check_claim, claimed_place, claimed_twice, meeting_place, meeting_twice
+from .probe_claims import (
+    check_claim,
+    claimed_place,
+    claimed_twice,
+    meeting_place,
+    meeting_twice,
+    meets_unset,
+)
 from .probe_state import (
     blocking,
     called_from,
@@ -112,6 +119,7 @@ def recorded_init(*args, **kwargs):
         process_state["group_timeout"] = (timeout.total_seconds(), record.init["line"])
     save_record()
     check_claim(rank, world_size)
+    meets_unset(given)
     store = recorded_store()
     launch = str(process_state.get("launch", 0))
     where = record.init["meets"] = meeting_place(given.get("init_method"))

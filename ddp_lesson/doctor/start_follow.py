@@ -45,6 +45,30 @@ def follow() -> None:
     probe.wrap_for_good(BaseProcess, "__init__", _made)
     probe.wrap_for_good(BaseProcess, "start", _start)
     probe.wrap_for_good(BaseProcess, "join", _join)
+    probe.wrap_for_good(BaseProcess, "run", _run)
+
+
+def _run(original):
+    """``Process.run()`` called by the script's own code: the target runs right there, in the
+    script's process, and no process starts (``start()`` is what makes one, which then
+    calls ``run()`` in it)."""
+
+    def run(self):
+        line = probe.learner_line()
+        if not _ours(self) or line is None or self._popen is not None:
+            return original(self)
+        target = probe.called_name(self._target) if self._target else type(self).__name__
+        _note_start("multiprocessing.Process", self._target, len(self._args), line)
+        probe.stop_at_stage(
+            "spawning",
+            f"line {line} calls run() on a multiprocessing.Process: run() runs its target "
+            f"({target}) right there, in the script's own process, and starts no process (a "
+            "process that start() made calls run() itself); call start() on each process, "
+            "then join() them",
+            line,
+        )
+
+    return run
 
 
 def _made(original):

@@ -190,6 +190,14 @@ SAYS = {
         "process_group": "gave its default; set RANK for every process the script starts, or "
         "pass the value in; its start handed main its number first (this process: "
     },
+    "process_run_called": {
+        "spawning": "line 28 calls run() on a multiprocessing.Process: run() runs its target "
+        "(train) right there"
+    },
+    "master_port_on_rank0": {
+        "process_group": "rank 1 calls init_process_group (line 20) to meet through its "
+        "environment (env://), but this process has no MASTER_PORT there"
+    },
     "rank_from_inherited_env": {
         "process_group": "none gave rank=, so each read RANK from its environment, and two "
         "found 0 there"
