@@ -198,6 +198,8 @@ def test_the_notebooks_workers_keep_every_exchanged_tensor_on_the_rank_device(wo
         ("inside_weights_only.py", "linear_relu_stack.0.bias"),
         # right for a world of 2 alone: the check runs it in another world too
         ("inside_halved_by_hand.py", "run again in a world of"),
+        # hooks attached again every step pile up: more all-reduces each step
+        ("inside_hooks_each_step.py", "step 2 started 12: hooks registered after step 1 stay"),
     ],
 )
 def test_check_hooks_fails_wrong_answers_with_stage_and_line(answer, fragment):

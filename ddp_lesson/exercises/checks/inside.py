@@ -3,12 +3,9 @@
 :func:`check_hooks` launches real ranks that train with the learner's
 ``broadcast_parameters``, ``attach_hooks`` and ``finish`` beside a ``DDP``
 copy of the same model, on the same batches, and compares gradients and
-parameters. When they differ it says which mistake the ranks showed (no
-broadcast, or one into copies; no hook, the wrong tensor all-reduced, a
-handle never waited for or never handed to ``finish``, handles of earlier
-steps kept and used again, the sum left undivided) and which line of the
-learner's file owns the fix; the
-line that fixes it is shown after a few tries, or with ``reveal=True``.
+parameters; when they differ it says which mistake the ranks showed and
+which line of the learner's file owns the fix (the fixing line after a few
+tries, or with ``reveal=True``).
 """
 
 from __future__ import annotations
@@ -24,11 +21,9 @@ from .base import Result, failed, graded, launch_checked, passed
 
 MODEL = stage("model_wrapping").title
 
-#: Largest difference from DDP that still counts as equal. With a world size
-#: that is a power of two the hand-built arithmetic is DDP's to the bit; with
-#: others, dividing the sum by the world size and DDP's multiplying each
-#: gradient by 1 / world_size before summing round differently in the last
-#: bits (tests/test_inside.py shows it with three ranks), which this allows.
+#: Largest difference from DDP that still counts as equal: with a world size not a power of
+#: two, dividing the sum and DDP's multiplying each gradient by 1 / world_size before
+#: summing round differently in the last bits (tests/test_inside.py, three ranks).
 TOLERANCE = 1e-6
 
 #: Training steps the check runs.
@@ -63,20 +58,16 @@ def _defined(name: str) -> str:
 
 
 def _kept(report: probes.HooksReport, grad_gaps: list[float], finish_at: str) -> Result | None:
-    """The failure for handles of earlier steps kept, and used again by a later finish().
-
-    Seen as waits (or futures taken) in a step on handles an earlier step
-    started, or as what ``attach_hooks`` returned holding more entries after
-    every step. Said only when the gradients went wrong: a list that grows
-    while the gradients stay right is no mistake this check can show.
-    """
+    """The failure for handles of earlier steps kept, and used again by a later finish():
+    waits (or futures taken) in a step on handles an earlier step started, or what
+    ``attach_hooks`` returned holding more entries after every step; said only when the
+    gradients went wrong (a list that grows while they stay right shows no mistake)."""
     wrong = [n for n, gap in enumerate(grad_gaps, 1) if gap > TOLERANCE]
     if not wrong:
         return None
     held = report["held"]
     grew = (
-        all(h is not None for h in held)
-        and held[0] > 0
+        all(h is not None for h in held) and held[0] > 0
         and all(b > a for a, b in zip(held, held[1:], strict=False))
     )
     again = [(n, k) for n, k in enumerate(report["stale"], 1) if k]
@@ -360,7 +351,17 @@ def _every_gradient_wrong(name: str, report: probes.HooksReport, hooks_at: str) 
 def _waits_wrong(
     name: str, report: probes.HooksReport, finish_at: str, attach_at: str
 ) -> Result | None:
-    """Step 4: every handle is waited for before optimizer.step()."""
+    """Step 4: each step starts as many all-reduces as the first (a hook registered again
+    reduces its gradient once more), and every handle is waited for before optimizer.step()."""
+    counts = [len(step_calls) for step_calls in report["calls"]]
+    more = next((n for n, k in enumerate(counts, 1) if k > counts[0] > 0), None)
+    if more is not None:
+        return failed(
+            name, stage=MODEL, expected=f"step 1's {counts[0]} all-reduces in every step",
+            happened=f"step {more} started {counts[more - 1]}: hooks registered after step 1 stay "
+            "beside the first ones, and each reduces its gradient once more",
+            fix=f"{attach_at}: are the hooks registered once, or again in every step?",
+        )  # fmt: skip
     for step, step_calls in enumerate(report["calls"], 1):
         unwaited = [c for c in step_calls if not c["waited"]]
         if unwaited:
