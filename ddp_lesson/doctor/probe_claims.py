@@ -244,19 +244,25 @@ def defaulted(name: str) -> tuple[str, int | None]:
 
 def meets_unset(given: dict) -> None:
     """Stop when a process is to meet through its environment (``env://``, the default) but
-    lacks ``MASTER_ADDR`` or ``MASTER_PORT`` there: torch raises at that call."""
+    lacks ``MASTER_ADDR`` or ``MASTER_PORT`` there, which the file sets elsewhere (in one
+    rank's code, or after the processes started): torch raises at that call."""
     method = given.get("init_method")
     if given.get("store") is not None or method not in (None, "env://"):
         return
-    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    lines = linecache.getlines(process_state["settings"].file)
+    # (only where the file sets them itself: a worker the course's launch runs gets them there)
+    missing = [
+        name for name in ("MASTER_ADDR", "MASTER_PORT")
+        if name not in os.environ and any(name in t.split("#")[0] for t in lines)
+    ]  # fmt: skip
     if not missing:
         return
     record = process_state["record"]
     line = (record.init or {}).get("line")
     stop_at_stage(
         "process_group",
-        f"rank {record.claimed_rank} calls init_process_group (line {line}) to meet through "
-        f"its environment (env://), but this process has no {' and no '.join(missing)} there: "
+        f"rank {record.claimed_rank} reached init_process_group (line {line}), which meets "
+        f"through the environment (env://), with no {' and no '.join(missing)} in its own: "
         f"run as written, torch raises at that line ('environment variable {missing[0]} "
         "expected, but not set'). Every process needs both, set the same before it calls "
         "init_process_group (set in one rank's code only, they exist in that process alone)",

@@ -195,8 +195,8 @@ SAYS = {
         "(train) right there"
     },
     "master_port_on_rank0": {
-        "process_group": "rank 1 calls init_process_group (line 20) to meet through its "
-        "environment (env://), but this process has no MASTER_PORT there"
+        "process_group": "rank 1 reached init_process_group (line 20), which meets through the "
+        "environment (env://), with no MASTER_PORT in its own"
     },
     "rank_from_inherited_env": {
         "process_group": "none gave rank=, so each read RANK from its environment, and two "
