@@ -103,9 +103,27 @@ def run_probed(reading: Reading, world_size: int, timeout_s: float, args: Sequen
         _keep_records(outcome, folder)
     if supervisor is not None:
         _take_output(outcome, supervisor)
+    _pool_helpers_aside(outcome)
     if outcome.script is not None and outcome.script.spawns:
         outcome.launch += f" (it starts its processes with {outcome.script.spawns[0]['by']})"
     return outcome
+
+
+def _pool_helpers_aside(outcome: Outcome) -> None:
+    """A Pool's workers whose tasks never joined a group (data prepared before the ranks
+    start) are the script's helpers, not ranks: leave them, and such a Pool, out."""
+    helpers = [
+        r for r in outcome.ranks
+        if r.ran and r.init is None and r.error is None and r.stop is None
+    ]  # fmt: skip
+    if not helpers:
+        return
+    outcome.ranks = [r for r in outcome.ranks if r not in helpers]
+    pooled = any(r.ran for r in outcome.ranks)
+    if outcome.script is not None and not pooled:
+        outcome.script.spawns = [
+            s for s in outcome.script.spawns if s.get("by") != "multiprocessing.Pool"
+        ]
 
 
 def _start_file(

@@ -198,6 +198,11 @@ SAYS = {
         "process_group": "rank 1 reached init_process_group (line 20), which meets through the "
         "environment (env://), with no MASTER_PORT in its own"
     },
+    "pool_prepares_then_spawn": {
+        "launch": "(it starts its processes with mp.spawn)",
+        "spawning": "mp.spawn started 2 process(es), each running fit",
+        "teardown": "before fit returned",
+    },
     "rank_from_inherited_env": {
         "process_group": "none gave rank=, so each read RANK from its environment, and two "
         "found 0 there"
