@@ -217,6 +217,15 @@ def _known(said: str) -> str:
             "some ranks only); build and freeze the model the same way on every rank, "
             "before DDP(...)"
         )
+    if "Expected to have finished reduction" in said:  # DDP waited for a gradient that never came
+        return (
+            ": in the backward before, some parameter DDP wraps got no gradient on that rank "
+            "(its forward did not use it, or it was frozen with requires_grad_(False) after "
+            "DDP(...)), so DDP's reduction never finished; every rank must train the same "
+            "parameters through the same forward (freeze before DDP(...), the same way on "
+            "every rank; find_unused_parameters=True only for parts every rank leaves out "
+            "alike)"
+        )
     return ""
 
 

@@ -470,7 +470,8 @@ def _parted(ranks, wrapped, steps: int, gap: float, start: float | None):
         text += (
             f"; the ones that differ are outside the module DDP wraps: {len(apart)} "
             f"tensor(s) the optimiser trains (shapes {shapes}) that DDP never averages. "
-            "Wrap the whole model, every part the optimiser trains, in one DDP(...)"
+            "Wrap every part an optimiser trains: the whole model in one DDP(...), and a "
+            "network of its own (a second model, a GAN's discriminator) in a DDP of its own"
         )
     line = (raw[0]["raw_line"] if raw else None) or (wrapped[0].ddp[0]["line"] if apart else None)
     return text, line

@@ -203,6 +203,9 @@ SAYS = {
         "spawning": "mp.spawn started 2 process(es), each running fit",
         "teardown": "before fit returned",
     },
+    "freeze_on_one_rank_midway": {
+        "model_wrapping": "some parameter DDP wraps got no gradient on that rank",
+    },
     "rank_from_inherited_env": {
         "process_group": "none gave rank=, so each read RANK from its environment, and two "
         "found 0 there"
