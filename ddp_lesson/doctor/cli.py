@@ -50,10 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(options, str(error))
     with _tracker_quiet():
         result = diagnose(options.path, world_size, timeout_s=timeout_s, args=extra)
-    if options.json:
-        print(result.to_json())
-    else:
-        print(result)
+    try:
+        print(result.to_json() if options.json else result, flush=True)
+    except BrokenPipeError:  # (read by a command that stopped early, such as `| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return result.exit_code
 
 

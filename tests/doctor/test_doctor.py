@@ -433,3 +433,17 @@ def test_a_run_the_deadline_stopped_prints_no_warning_of_leaked_semaphores(tmp_p
     assert done.returncode == 1, done.stdout + done.stderr
     assert "did not finish within its deadline" in done.stdout, done.stdout
     assert "leaked semaphore" not in done.stdout + done.stderr, done.stderr
+
+
+def test_a_report_read_by_a_command_that_stops_early_ends_without_a_traceback(tmp_path):
+    # (`ddp-doctor script.py | head`: the reader is gone before the report is written)
+    path = tmp_path / "broken.py"
+    path.write_text("def main(rank, world_size:\n")
+    doctor_run = subprocess.Popen(
+        [sys.executable, "-m", "ddp_lesson", "doctor", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    doctor_run.stdout.close()  # the reader stops before reading anything
+    _, said = doctor_run.communicate(timeout=120)
+    assert doctor_run.returncode == 2, said.decode()
+    assert b"BrokenPipeError" not in said and b"Traceback" not in said, said.decode()
